@@ -1,0 +1,24 @@
+#!lua flags=allow-oom
+-- leasehold release, key layout v1.
+--
+-- KEYS[1]  lease key
+-- ARGV[1]  owner token
+-- ARGV[2]  operation id
+-- ARGV[3]  fence (decimal)
+--
+-- Deletes only the exact grant "<fence>:<owner token>:<operation id>". The fence counter is
+-- never deleted. Allowed under maxmemory (allow-oom): DEL frees memory.
+--
+-- Replies:
+--   {1}    released: the key was deleted
+--   {0}    absent: nothing to delete
+--   {-1}   another grant holds the key; it was left alone
+local current = redis.call('GET', KEYS[1])
+if not current then
+  return {0}
+end
+if current ~= ARGV[3] .. ':' .. ARGV[1] .. ':' .. ARGV[2] then
+  return {-1}
+end
+redis.call('DEL', KEYS[1])
+return {1}

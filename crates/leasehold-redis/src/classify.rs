@@ -1,0 +1,175 @@
+//! Maps every Redis error into the port's vocabulary: not applied, or unknown.
+//!
+//! The rule is conservative: an error is "not applied" only when it proves the command did not
+//! run — the server refused it before executing (READONLY, LOADING, BUSY, …) or no connection
+//! existed to send it on. Everything else that happens after a command may have left this
+//! process (a timeout, a dropped connection, an error raised inside a script, a reply we cannot
+//! read) is `Indeterminate`, because the script may have run.
+
+use leasehold::{Indeterminate, IndeterminateCause, Unavailable, UnavailableCause};
+use redis::RedisError;
+
+/// What a failed command means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Classified {
+    /// The server does not have the script cached: it did not run; load it and retry once.
+    NoScript,
+    /// Definitely not applied.
+    NotApplied(Unavailable),
+    /// May have been applied.
+    Unknown(Indeterminate),
+}
+
+/// Server error codes that Redis returns *before* executing a command.
+fn refused_before_execution(code: &str) -> Option<UnavailableCause> {
+    Some(match code {
+        "READONLY" => UnavailableCause::ReadOnly,
+        "LOADING" => UnavailableCause::Loading,
+        "BUSY" => UnavailableCause::Busy,
+        "MASTERDOWN" => UnavailableCause::MasterDown,
+        "NOPERM" | "NOAUTH" | "WRONGPASS" => UnavailableCause::NoPermission,
+        "OOM" => UnavailableCause::OutOfMemory,
+        "MISCONF" | "NOREPLICAS" => UnavailableCause::WritesRefused,
+        "CLUSTERDOWN" | "TRYAGAIN" => UnavailableCause::ClusterDown,
+        _ => return None,
+    })
+}
+
+/// Describes an error for an outcome's `detail`. Redis errors carry the server's message and
+/// never our arguments, so no token can leak through here.
+fn describe(err: &RedisError) -> String {
+    err.to_string()
+}
+
+/// Classifies an error from a command that was handed to a live connection.
+pub(crate) fn after_send(err: &RedisError) -> Classified {
+    if let Some(code) = err.code() {
+        if code == "NOSCRIPT" {
+            return Classified::NoScript;
+        }
+        if let Some(cause) = refused_before_execution(code) {
+            return Classified::NotApplied(Unavailable::new(cause, describe(err)));
+        }
+        // Any other server error (e.g. "ERR Error running script"): the script may have made
+        // writes before failing, and Redis does not roll them back.
+        return Classified::Unknown(Indeterminate::new(
+            IndeterminateCause::ServerError,
+            describe(err),
+        ));
+    }
+    let cause = if err.is_timeout() {
+        IndeterminateCause::ResponseTimeout
+    } else if err.is_io_error() || err.is_connection_dropped() {
+        // The bytes may have reached the server before the connection broke.
+        IndeterminateCause::ConnectionLost
+    } else {
+        IndeterminateCause::UnexpectedReply
+    };
+    Classified::Unknown(Indeterminate::new(cause, describe(err)))
+}
+
+/// Classifies an error from making a connection: nothing was sent, so nothing was applied.
+pub(crate) fn connect_failure(err: &RedisError) -> Unavailable {
+    let cause = if err.is_connection_refusal() {
+        UnavailableCause::ConnectionRefused
+    } else if err.is_timeout() {
+        UnavailableCause::ConnectTimeout
+    } else if let Some(cause) = err.code().and_then(refused_before_execution) {
+        cause
+    } else if err.kind() == redis::ErrorKind::AuthenticationFailed {
+        UnavailableCause::NoPermission
+    } else {
+        UnavailableCause::NotConnected
+    };
+    Unavailable::new(cause, describe(err))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    fn server_error(code: &str, message: &str) -> RedisError {
+        let reply = format!("-{code} {message}\r\n");
+        match redis::parse_redis_value(reply.as_bytes()) {
+            Ok(redis::Value::ServerError(e)) => e.into(),
+            other => panic!("not a server error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn refusals_before_execution_are_not_applied() {
+        for (code, cause) in [
+            ("READONLY", UnavailableCause::ReadOnly),
+            ("LOADING", UnavailableCause::Loading),
+            ("BUSY", UnavailableCause::Busy),
+            ("MASTERDOWN", UnavailableCause::MasterDown),
+            ("NOPERM", UnavailableCause::NoPermission),
+            ("OOM", UnavailableCause::OutOfMemory),
+            ("MISCONF", UnavailableCause::WritesRefused),
+            ("NOREPLICAS", UnavailableCause::WritesRefused),
+            ("CLUSTERDOWN", UnavailableCause::ClusterDown),
+        ] {
+            match after_send(&server_error(code, "refused")) {
+                Classified::NotApplied(u) => assert_eq!(u.cause, cause, "{code}"),
+                other => panic!("{code}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn noscript_asks_for_a_reload() {
+        assert_eq!(
+            after_send(&server_error("NOSCRIPT", "No matching script.")),
+            Classified::NoScript
+        );
+    }
+
+    #[test]
+    fn errors_inside_a_script_are_indeterminate() {
+        match after_send(&server_error("ERR", "Error running script")) {
+            Classified::Unknown(i) => assert_eq!(i.cause, IndeterminateCause::ServerError),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn timeouts_and_drops_after_send_are_indeterminate() {
+        for (kind, cause) in [
+            (io::ErrorKind::TimedOut, IndeterminateCause::ResponseTimeout),
+            (
+                io::ErrorKind::BrokenPipe,
+                IndeterminateCause::ConnectionLost,
+            ),
+            (
+                io::ErrorKind::ConnectionReset,
+                IndeterminateCause::ConnectionLost,
+            ),
+            // Even "refused" cannot prove anything once a command was handed to a connection.
+            (
+                io::ErrorKind::ConnectionRefused,
+                IndeterminateCause::ConnectionLost,
+            ),
+        ] {
+            let err = RedisError::from(io::Error::from(kind));
+            match after_send(&err) {
+                Classified::Unknown(i) => assert_eq!(i.cause, cause, "{kind:?}"),
+                other => panic!("{kind:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn connect_failures_are_not_applied() {
+        let refused = RedisError::from(io::Error::from(io::ErrorKind::ConnectionRefused));
+        assert_eq!(
+            connect_failure(&refused).cause,
+            UnavailableCause::ConnectionRefused
+        );
+        let timeout = RedisError::from(io::Error::from(io::ErrorKind::TimedOut));
+        assert_eq!(
+            connect_failure(&timeout).cause,
+            UnavailableCause::ConnectTimeout
+        );
+    }
+}

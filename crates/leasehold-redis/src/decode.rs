@@ -1,0 +1,313 @@
+//! Reply decoding: every script reply shape, and a typed error for anything else.
+//!
+//! Nothing here panics on any reply. A reply that does not fit is an error the caller turns
+//! into `Indeterminate`, because the script may well have run.
+
+use std::time::Duration;
+
+use leasehold::{
+    AcquireReply, Contention, FenceToken, GrantReply, HolderFingerprint, InspectOutcome, LeaseView,
+    LossCause, ReleaseReply, RenewReply,
+};
+use redis::Value;
+
+/// A reply that does not have the shape the script's header promises.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unexpected {script} reply: {what}")]
+pub(crate) struct UnexpectedReply {
+    script: &'static str,
+    what: String,
+}
+
+fn unexpected(script: &'static str, value: &Value) -> UnexpectedReply {
+    // Only the shape is described: a reply value could, in principle, hold a stored token.
+    let what = match value {
+        Value::Array(items) => format!("an array of {} items", items.len()),
+        Value::Int(_) => "an integer".to_owned(),
+        Value::Nil => "nil".to_owned(),
+        Value::BulkString(_) | Value::SimpleString(_) => "a string".to_owned(),
+        _ => "a value of another type".to_owned(),
+    };
+    UnexpectedReply { script, what }
+}
+
+fn items(value: &Value) -> Option<&[Value]> {
+    match value {
+        Value::Array(items) => Some(items),
+        _ => None,
+    }
+}
+
+fn int(value: Option<&Value>) -> Option<i64> {
+    match value? {
+        Value::Int(n) => Some(*n),
+        _ => None,
+    }
+}
+
+fn text(value: Option<&Value>) -> Option<&[u8]> {
+    match value? {
+        Value::BulkString(bytes) => Some(bytes),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+/// A positive PTTL as a duration; `None` for "no TTL" (-1), "absent" (-2) or zero.
+fn pttl(millis: i64) -> Option<Duration> {
+    u64::try_from(millis)
+        .ok()
+        .filter(|&ms| ms > 0)
+        .map(Duration::from_millis)
+}
+
+fn fence(n: i64) -> Option<FenceToken> {
+    u64::try_from(n).ok().and_then(FenceToken::new)
+}
+
+fn holder(value: Option<&Value>) -> Option<HolderFingerprint> {
+    text(value)
+        .and_then(|bytes| std::str::from_utf8(bytes).ok())
+        .and_then(HolderFingerprint::parse)
+}
+
+/// Decodes an `acquire.lua` reply.
+pub(crate) fn acquire(value: &Value, fallback: Duration) -> Result<AcquireReply, UnexpectedReply> {
+    let bad = || unexpected("acquire", value);
+    let items = items(value).ok_or_else(bad)?;
+    let status = int(items.first()).ok_or_else(bad)?;
+    let fence_n = int(items.get(1)).ok_or_else(bad)?;
+    let pttl_ms = int(items.get(2)).ok_or_else(bad)?;
+    let grant = || -> Result<GrantReply, UnexpectedReply> {
+        let fence = fence(fence_n).ok_or_else(bad)?;
+        // A granted or replayed key always has a TTL; a missing one grants no validity.
+        Ok(GrantReply::new(
+            fence,
+            pttl(pttl_ms).unwrap_or(Duration::ZERO),
+        ))
+    };
+    let contention = || {
+        Contention::new(
+            pttl(pttl_ms).unwrap_or(fallback),
+            holder(items.get(3)),
+            fence(fence_n),
+        )
+    };
+    match status {
+        1 => Ok(AcquireReply::Granted(grant()?)),
+        2 => Ok(AcquireReply::Replayed(grant()?)),
+        3 => Ok(AcquireReply::OwnerOperationConflict(contention())),
+        0 => Ok(AcquireReply::Contended(contention())),
+        _ => Err(bad()),
+    }
+}
+
+/// Decodes a `renew.lua` reply.
+pub(crate) fn renew(value: &Value) -> Result<RenewReply, UnexpectedReply> {
+    let bad = || unexpected("renew", value);
+    let items = items(value).ok_or_else(bad)?;
+    match int(items.first()).ok_or_else(bad)? {
+        1 => {
+            let ttl = int(items.get(1)).and_then(pttl).ok_or_else(bad)?;
+            Ok(RenewReply::Renewed { server_ttl: ttl })
+        }
+        0 => Ok(RenewReply::Lost(LossCause::Absent)),
+        -1 => Ok(RenewReply::Lost(LossCause::OtherHolder)),
+        _ => Err(bad()),
+    }
+}
+
+/// Decodes a `release.lua` reply.
+pub(crate) fn release(value: &Value) -> Result<ReleaseReply, UnexpectedReply> {
+    let bad = || unexpected("release", value);
+    let items = items(value).ok_or_else(bad)?;
+    match int(items.first()).ok_or_else(bad)? {
+        1 => Ok(ReleaseReply::Released),
+        0 => Ok(ReleaseReply::AlreadyGone),
+        -1 => Ok(ReleaseReply::NotOwner),
+        _ => Err(bad()),
+    }
+}
+
+/// Decodes an `inspect.lua` reply.
+pub(crate) fn inspect(value: &Value) -> Result<InspectOutcome, UnexpectedReply> {
+    let bad = || unexpected("inspect", value);
+    let items = items(value).ok_or_else(bad)?;
+    let status = int(items.first()).ok_or_else(bad)?;
+    if status == 0 {
+        return Ok(InspectOutcome::Free);
+    }
+    let view = LeaseView::new(
+        int(items.get(1)).and_then(fence),
+        int(items.get(2)).and_then(pttl),
+        holder(items.get(3)),
+    );
+    match status {
+        1 => Ok(InspectOutcome::HeldByThisAttempt(view)),
+        2 => Ok(InspectOutcome::HeldByOther(view)),
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arr(items: Vec<Value>) -> Value {
+        Value::Array(items)
+    }
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    const FALLBACK: Duration = Duration::from_millis(50);
+
+    #[test]
+    fn acquire_replies_decode() {
+        let granted = acquire(
+            &arr(vec![Value::Int(1), Value::Int(7), Value::Int(2000)]),
+            FALLBACK,
+        );
+        assert_eq!(
+            granted,
+            Ok(AcquireReply::Granted(GrantReply::new(
+                FenceToken::new(7).unwrap(),
+                Duration::from_secs(2)
+            )))
+        );
+        let replayed = acquire(
+            &arr(vec![Value::Int(2), Value::Int(7), Value::Int(480)]),
+            FALLBACK,
+        );
+        assert_eq!(
+            replayed,
+            Ok(AcquireReply::Replayed(GrantReply::new(
+                FenceToken::new(7).unwrap(),
+                Duration::from_millis(480)
+            )))
+        );
+        let fp = "0123456789abcdef";
+        match acquire(
+            &arr(vec![
+                Value::Int(0),
+                Value::Int(9),
+                Value::Int(1234),
+                bulk(fp),
+            ]),
+            FALLBACK,
+        ) {
+            Ok(AcquireReply::Contended(c)) => {
+                assert_eq!(c.retry_after, Duration::from_millis(1234));
+                assert_eq!(c.holder.unwrap().as_str(), fp);
+                assert_eq!(c.fence, FenceToken::new(9));
+            }
+            other => panic!("{other:?}"),
+        }
+        // No TTL on the holder's key: the configured fallback.
+        match acquire(
+            &arr(vec![Value::Int(3), Value::Int(9), Value::Int(-1), bulk(fp)]),
+            FALLBACK,
+        ) {
+            Ok(AcquireReply::OwnerOperationConflict(c)) => assert_eq!(c.retry_after, FALLBACK),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_replay_without_ttl_grants_nothing() {
+        match acquire(
+            &arr(vec![Value::Int(2), Value::Int(3), Value::Int(-1)]),
+            FALLBACK,
+        ) {
+            Ok(AcquireReply::Replayed(g)) => assert_eq!(g.server_ttl, Duration::ZERO),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_replies_are_errors_not_panics() {
+        let cases = vec![
+            Value::Nil,
+            Value::Int(1),
+            bulk("1"),
+            arr(vec![]),
+            arr(vec![Value::Int(1)]),
+            arr(vec![Value::Int(1), Value::Int(0), Value::Int(10)]),
+            arr(vec![Value::Int(1), Value::Int(-5), Value::Int(10)]),
+            arr(vec![Value::Int(9), Value::Int(1), Value::Int(10)]),
+            arr(vec![bulk("1"), Value::Int(1), Value::Int(10)]),
+            arr(vec![Value::Int(1), Value::Nil, Value::Int(10)]),
+        ];
+        for v in &cases {
+            assert!(acquire(v, FALLBACK).is_err(), "acquire {v:?}");
+        }
+        for v in [
+            Value::Nil,
+            arr(vec![]),
+            arr(vec![Value::Int(1)]),
+            arr(vec![Value::Int(1), Value::Int(0)]),
+            arr(vec![Value::Int(5)]),
+        ] {
+            assert!(renew(&v).is_err(), "renew {v:?}");
+        }
+        for v in [Value::Nil, arr(vec![]), arr(vec![Value::Int(7)])] {
+            assert!(inspect(&v).is_err(), "inspect {v:?}");
+            assert!(release(&v).is_err(), "release {v:?}");
+        }
+    }
+
+    #[test]
+    fn renew_release_and_inspect_replies_decode() {
+        assert_eq!(
+            renew(&arr(vec![Value::Int(1), Value::Int(3000)])),
+            Ok(RenewReply::Renewed {
+                server_ttl: Duration::from_secs(3)
+            })
+        );
+        assert_eq!(
+            renew(&arr(vec![Value::Int(0)])),
+            Ok(RenewReply::Lost(LossCause::Absent))
+        );
+        assert_eq!(
+            renew(&arr(vec![Value::Int(-1)])),
+            Ok(RenewReply::Lost(LossCause::OtherHolder))
+        );
+        assert_eq!(
+            release(&arr(vec![Value::Int(1)])),
+            Ok(ReleaseReply::Released)
+        );
+        assert_eq!(
+            release(&arr(vec![Value::Int(0)])),
+            Ok(ReleaseReply::AlreadyGone)
+        );
+        assert_eq!(
+            release(&arr(vec![Value::Int(-1)])),
+            Ok(ReleaseReply::NotOwner)
+        );
+        assert_eq!(inspect(&arr(vec![Value::Int(0)])), Ok(InspectOutcome::Free));
+        match inspect(&arr(vec![
+            Value::Int(1),
+            Value::Int(4),
+            Value::Int(900),
+            bulk("0123456789abcdef"),
+        ])) {
+            Ok(InspectOutcome::HeldByThisAttempt(view)) => {
+                assert_eq!(view.fence, FenceToken::new(4));
+                assert_eq!(view.server_ttl, Some(Duration::from_millis(900)));
+            }
+            other => panic!("{other:?}"),
+        }
+        match inspect(&arr(vec![
+            Value::Int(2),
+            Value::Int(0),
+            Value::Int(-1),
+            bulk(""),
+        ])) {
+            Ok(InspectOutcome::HeldByOther(view)) => {
+                assert_eq!(view, LeaseView::new(None, None, None));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

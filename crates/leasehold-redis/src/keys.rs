@@ -1,0 +1,63 @@
+//! Key layout: `{namespace}:lease:{version}:{purpose}:{{digest}}` and its `:fence` counter.
+//!
+//! The digest sits inside a hash tag, so the lease key and its fence counter always share a
+//! Cluster slot and one script can touch both. Only validated parts reach a key: the namespace
+//! and version have no `:` or braces, the purpose is `[a-z0-9._-]`, and the resource is a
+//! digest, so a raw resource id can never reach Redis or inject a hash tag.
+
+use leasehold::{Purpose, ResourceDigest};
+
+use crate::settings::RedisSettings;
+
+/// Builds the keys for a namespace and key version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyLayout {
+    prefix: String,
+}
+
+impl KeyLayout {
+    /// Makes the layout of `settings`.
+    pub fn new(settings: &RedisSettings) -> Self {
+        Self {
+            prefix: format!("{}:lease:{}:", settings.namespace(), settings.key_version()),
+        }
+    }
+
+    /// Returns the lease key for `purpose` and `resource`.
+    pub fn lease_key(&self, purpose: &Purpose, resource: &ResourceDigest) -> String {
+        format!("{}{}:{{{}}}", self.prefix, purpose, resource)
+    }
+
+    /// Returns the fencing counter key for `purpose` and `resource` (same hash slot).
+    pub fn fence_key(&self, purpose: &Purpose, resource: &ResourceDigest) -> String {
+        let mut key = self.lease_key(purpose, resource);
+        key.push_str(":fence");
+        key
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_the_layout_and_share_a_hash_tag() {
+        let layout = KeyLayout::new(&RedisSettings::default());
+        let purpose = Purpose::new("billing").unwrap();
+        let digest = ResourceDigest::of("orders/42");
+        let lease = layout.lease_key(&purpose, &digest);
+        assert_eq!(lease, format!("leasehold:lease:v1:billing:{{{digest}}}"));
+        assert_eq!(
+            layout.fence_key(&purpose, &digest),
+            format!("{lease}:fence")
+        );
+        let tag = |key: &str| {
+            let open = key.find('{').unwrap();
+            let close = open + key[open..].find('}').unwrap();
+            key[open..=close].to_owned()
+        };
+        assert_eq!(tag(&lease), format!("{{{digest}}}"));
+        assert_eq!(tag(&layout.fence_key(&purpose, &digest)), tag(&lease));
+        assert!(!lease.contains("orders/42"));
+    }
+}

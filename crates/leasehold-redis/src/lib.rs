@@ -1,0 +1,314 @@
+//! Redis backend for [`leasehold`]: leases with fencing tokens, in four Lua scripts.
+//!
+//! [`RedisBackend`] implements the [`leasehold::LeaseBackend`] port on one Redis deployment.
+//! Each operation is one script run by EVALSHA (one round trip once the scripts are cached),
+//! atomic on the server. Acquire increments a per-resource fence counter on every new grant and
+//! stores the fence with the lease; renew and release act only on the exact grant.
+//!
+//! Every Redis error is mapped into the port's vocabulary: refused before running (READONLY,
+//! LOADING, BUSY, MASTERDOWN, NOPERM, OOM, …) or never sent (no connection) is `Unavailable`;
+//! anything that may have run (a response timeout, a connection dropped after sending, an
+//! error inside a script, an unreadable reply) is `Indeterminate`.
+//!
+//! This is not a quorum lock (Redlock): it runs on one Redis lineage, and a failover that loses
+//! writes can grant a lease twice and reissue a fence. See the README for what each guarantee
+//! covers.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use leasehold_redis::leasehold::{AcquireOutcome, OperationId, Purpose, ResourceDigest};
+//! use leasehold_redis::{RedisBackend, RedisSettings};
+//!
+//! let client = RedisBackend::open("redis://127.0.0.1:6379", RedisSettings::default())?.into_client();
+//! let attempt = client.new_attempt(OperationId::new("job-1")?)?;
+//! let request = client.request(
+//!     Purpose::new("reports")?,
+//!     ResourceDigest::of("monthly-report"),
+//!     attempt,
+//!     Duration::from_secs(10),
+//! )?;
+//! if let AcquireOutcome::Acquired(lease) = client.try_acquire(&request).await {
+//!     println!("fence {}", lease.fence());
+//!     let _ = lease.release().await;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//!
+//! - `lua/`: the scripts, each opening with its contract (KEYS, ARGV, replies);
+//! - [`keys`]: the key layout;
+//! - [`settings`]: timeouts, limits, namespace;
+//! - internal: the connection and EVALSHA path, error classification, reply decoding.
+
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    rust_2018_idioms,
+    unreachable_pub
+)]
+#![forbid(unsafe_code)]
+
+use std::fmt;
+
+pub use leasehold;
+pub use redis;
+
+use leasehold::{
+    AcquireReply, Attempt, Failure, Grant, Indeterminate, IndeterminateCause, InspectOutcome,
+    LeaseBackend, LeaseClient, LeaseRequest, Purpose, ReleaseReply, RenewReply, ResourceDigest,
+    Unavailable,
+};
+
+mod classify;
+mod decode;
+pub mod keys;
+mod link;
+mod scripts;
+pub mod settings;
+
+pub use keys::KeyLayout;
+
+/// The README's examples compile as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+mod readme {}
+pub use settings::RedisSettings;
+
+use link::Link;
+
+/// What kind of [`Error`] happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The connection URL could not be parsed.
+    InvalidUrl,
+    /// The server could not be reached, or refused before running anything.
+    Unavailable,
+    /// A command was sent and its outcome is unknown.
+    Indeterminate,
+}
+
+/// An error from setting up the backend (leases themselves report typed outcomes instead).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The connection URL could not be parsed. The URL is not repeated, so that a password in
+    /// it cannot leak.
+    #[error("invalid Redis URL: {0}")]
+    InvalidUrl(String),
+    /// Definitely not done.
+    #[error("{0}")]
+    Unavailable(Unavailable),
+    /// Sent, outcome unknown.
+    #[error("{0}")]
+    Indeterminate(Indeterminate),
+}
+
+impl Error {
+    /// Returns what kind of error this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidUrl(_) => ErrorKind::InvalidUrl,
+            Error::Unavailable(_) => ErrorKind::Unavailable,
+            Error::Indeterminate(_) => ErrorKind::Indeterminate,
+        }
+    }
+
+    /// Returns true if and only if trying again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, Error::InvalidUrl(_))
+    }
+}
+
+impl From<Failure> for Error {
+    fn from(failure: Failure) -> Self {
+        match failure {
+            Failure::Indeterminate(i) => Error::Indeterminate(i),
+            Failure::Unavailable(u) => Error::Unavailable(u),
+            Failure::Overloaded => Error::Unavailable(Unavailable::new(
+                leasehold::UnavailableCause::NotConnected,
+                "in-flight limit reached",
+            )),
+            _ => Error::Indeterminate(Indeterminate::new(
+                IndeterminateCause::UnexpectedReply,
+                "unknown failure",
+            )),
+        }
+    }
+}
+
+/// A lease client over Redis.
+pub type RedisLeases = LeaseClient<RedisBackend>;
+
+/// Leases on one Redis server (standalone).
+pub struct RedisBackend {
+    link: Link,
+    keys: KeyLayout,
+    settings: RedisSettings,
+    endpoint: String,
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Only host and port: the connection info may hold credentials.
+        f.debug_struct("RedisBackend")
+            .field("endpoint", &self.endpoint)
+            .field("keys", &self.keys)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBackend {
+    /// Makes a backend for the server at `url` (`redis://`, `rediss://` or `unix://`). No I/O:
+    /// the connection is made by the first command, or by [`warm_up`](Self::warm_up).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`] if `url` cannot be parsed.
+    pub fn open(url: &str, settings: RedisSettings) -> Result<Self, Error> {
+        let client = redis::Client::open(url)
+            .map_err(|e| Error::InvalidUrl(format!("{} (URL not shown)", e.category())))?;
+        let endpoint = client.get_connection_info().addr().to_string();
+        let link = Link::new(
+            client,
+            settings.command_timeout(),
+            settings.connect_timeout(),
+            settings.max_in_flight(),
+        );
+        Ok(Self {
+            link,
+            keys: KeyLayout::new(&settings),
+            settings,
+            endpoint,
+        })
+    }
+
+    /// Returns a [`LeaseClient`] over this backend, with the boot-time clock.
+    pub fn into_client(self) -> RedisLeases {
+        LeaseClient::new(self)
+    }
+
+    /// Connects and loads the four scripts, so that every later operation is one round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] or [`Error::Indeterminate`] if the server cannot be reached or
+    /// does not answer in time. Loading a script changes no lease, so either is harmless.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn warm_up(&self) -> Result<(), Error> {
+        self.link.load(&scripts::all()).await.map_err(Error::from)
+    }
+
+    /// Returns the settings.
+    pub fn settings(&self) -> &RedisSettings {
+        &self.settings
+    }
+
+    /// Returns the key layout.
+    pub fn keys(&self) -> &KeyLayout {
+        &self.keys
+    }
+}
+
+/// Turns an undecodable reply into `Indeterminate`: the script may have run.
+fn unreadable(err: decode::UnexpectedReply) -> Failure {
+    Failure::Indeterminate(Indeterminate::new(
+        IndeterminateCause::UnexpectedReply,
+        err.to_string(),
+    ))
+}
+
+impl LeaseBackend for RedisBackend {
+    async fn acquire(&self, request: &LeaseRequest) -> AcquireReply {
+        let lease_key = self.keys.lease_key(request.purpose(), request.resource());
+        let fence_key = self.keys.fence_key(request.purpose(), request.resource());
+        let attempt = request.attempt();
+        let reply = self
+            .link
+            .eval(&scripts::ACQUIRE, |cmd| {
+                cmd.arg(2)
+                    .arg(&lease_key)
+                    .arg(&fence_key)
+                    .arg(attempt.owner_token().expose_secret())
+                    .arg(attempt.operation().as_str())
+                    .arg(request.ttl_millis());
+            })
+            .await;
+        match reply {
+            Ok(value) => decode::acquire(&value, self.settings.retry_after_fallback())
+                .unwrap_or_else(|e| AcquireReply::Failed(unreadable(e))),
+            Err(failure) => AcquireReply::Failed(failure),
+        }
+    }
+
+    async fn renew(&self, grant: &Grant) -> RenewReply {
+        let lease_key = self.keys.lease_key(grant.purpose(), grant.resource());
+        let attempt = grant.attempt();
+        let reply = self
+            .link
+            .eval(&scripts::RENEW, |cmd| {
+                cmd.arg(1)
+                    .arg(&lease_key)
+                    .arg(attempt.owner_token().expose_secret())
+                    .arg(attempt.operation().as_str())
+                    .arg(grant.fence().get())
+                    .arg(grant.ttl_millis());
+            })
+            .await;
+        match reply {
+            Ok(value) => {
+                decode::renew(&value).unwrap_or_else(|e| RenewReply::Failed(unreadable(e)))
+            }
+            Err(failure) => RenewReply::Failed(failure),
+        }
+    }
+
+    async fn release(&self, grant: &Grant) -> ReleaseReply {
+        let lease_key = self.keys.lease_key(grant.purpose(), grant.resource());
+        let attempt = grant.attempt();
+        let reply = self
+            .link
+            .eval(&scripts::RELEASE, |cmd| {
+                cmd.arg(1)
+                    .arg(&lease_key)
+                    .arg(attempt.owner_token().expose_secret())
+                    .arg(attempt.operation().as_str())
+                    .arg(grant.fence().get());
+            })
+            .await;
+        match reply {
+            Ok(value) => {
+                decode::release(&value).unwrap_or_else(|e| ReleaseReply::Failed(unreadable(e)))
+            }
+            Err(failure) => ReleaseReply::Failed(failure),
+        }
+    }
+
+    async fn inspect(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        attempt: Option<&Attempt>,
+    ) -> InspectOutcome {
+        let lease_key = self.keys.lease_key(purpose, resource);
+        let (token, operation) = attempt.map_or(("", ""), |a| {
+            (a.owner_token().expose_secret(), a.operation().as_str())
+        });
+        let reply = self
+            .link
+            .eval(&scripts::INSPECT, |cmd| {
+                cmd.arg(1).arg(&lease_key).arg(token).arg(operation);
+            })
+            .await;
+        match reply {
+            Ok(value) => decode::inspect(&value).unwrap_or_else(|e| unreadable(e).into()),
+            Err(failure) => failure.into(),
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! One multiplexed connection, made lazily and remade after it breaks, and the EVALSHA path.
+//!
+//! The connection is owned here rather than by redis-rs's `ConnectionManager` because the two
+//! failure cases must be told apart, and only this layer knows which one happened: a command
+//! that never found a connection was definitely not sent (`Unavailable`), while one handed to a
+//! connection that then failed may have run (`Indeterminate`).
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use leasehold::{Failure, Indeterminate, IndeterminateCause, Unavailable, UnavailableCause};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Cmd, Value};
+use tokio::sync::Semaphore;
+
+use crate::classify::{self, Classified};
+use crate::scripts::LeaseScript;
+
+/// A connection and its generation, so that only the broken one is forgotten.
+#[derive(Clone)]
+struct Current {
+    generation: u64,
+    connection: MultiplexedConnection,
+}
+
+pub(crate) struct Link {
+    client: redis::Client,
+    config: AsyncConnectionConfig,
+    connect_timeout: Duration,
+    current: Mutex<Option<Current>>,
+    generation: Mutex<u64>,
+    reconnect: tokio::sync::Mutex<()>,
+    in_flight: Arc<Semaphore>,
+}
+
+impl Link {
+    pub(crate) fn new(
+        client: redis::Client,
+        command_timeout: Duration,
+        connect_timeout: Duration,
+        max_in_flight: usize,
+    ) -> Self {
+        let config = AsyncConnectionConfig::new()
+            .set_response_timeout(Some(command_timeout))
+            .set_connection_timeout(Some(connect_timeout));
+        Self {
+            client,
+            config,
+            connect_timeout,
+            current: Mutex::new(None),
+            generation: Mutex::new(0),
+            reconnect: tokio::sync::Mutex::new(()),
+            in_flight: Arc::new(Semaphore::new(max_in_flight)),
+        }
+    }
+
+    fn cached(&self) -> Option<Current> {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Returns the live connection, making one if there is none.
+    async fn connection(&self) -> Result<Current, Unavailable> {
+        if let Some(current) = self.cached() {
+            return Ok(current);
+        }
+        // One reconnect at a time; the others wait for it and then use its connection.
+        let _reconnecting = self.reconnect.lock().await;
+        if let Some(current) = self.cached() {
+            return Ok(current);
+        }
+        let connect = self
+            .client
+            .get_multiplexed_async_connection_with_config(&self.config);
+        let connection = match tokio::time::timeout(self.connect_timeout, connect).await {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(err)) => return Err(classify::connect_failure(&err)),
+            Err(_) => {
+                return Err(Unavailable::new(
+                    UnavailableCause::ConnectTimeout,
+                    format!("no connection within {:?}", self.connect_timeout),
+                ));
+            }
+        };
+        let generation = {
+            let mut g = self
+                .generation
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            *g += 1;
+            *g
+        };
+        let current = Current {
+            generation,
+            connection,
+        };
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(current.clone());
+        Ok(current)
+    }
+
+    /// Forgets the connection of `generation` if it is still the current one, so that the
+    /// next command makes a new connection (and learns whether the server is reachable).
+    fn forget(&self, generation: u64) {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.as_ref().is_some_and(|c| c.generation == generation) {
+            *current = None;
+        }
+    }
+
+    /// Sends one command on `connection`, classifying any failure.
+    async fn send(&self, current: &Current, cmd: &Cmd) -> Result<Value, Classified> {
+        let mut connection = current.connection.clone();
+        let result = match cmd.query_async::<Value>(&mut connection).await {
+            Ok(Value::ServerError(err)) => Err(redis::RedisError::from(err)),
+            other => other,
+        };
+        result.map_err(|err| {
+            let classified = classify::after_send(&err);
+            if let Classified::Unknown(Indeterminate {
+                cause: IndeterminateCause::ConnectionLost,
+                ..
+            }) = classified
+            {
+                self.forget(current.generation);
+            }
+            classified
+        })
+    }
+
+    /// Runs `script` by EVALSHA with `args` appended (numkeys, keys, then arguments). On
+    /// NOSCRIPT only, loads the script and retries once: NOSCRIPT proves it did not run.
+    ///
+    /// After warm-up this is exactly one round trip.
+    pub(crate) async fn eval(
+        &self,
+        script: &LeaseScript,
+        args: impl Fn(&mut Cmd),
+    ) -> Result<Value, Failure> {
+        // The in-flight limit is checked before anything else, so Overloaded never sends.
+        let _permit = self
+            .in_flight
+            .try_acquire()
+            .map_err(|_| Failure::Overloaded)?;
+        let current = self.connection().await.map_err(Failure::Unavailable)?;
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(script.sha());
+        args(&mut evalsha);
+        match self.send(&current, &evalsha).await {
+            Ok(value) => return Ok(value),
+            Err(Classified::NoScript) => {}
+            Err(Classified::NotApplied(u)) => return Err(Failure::Unavailable(u)),
+            Err(Classified::Unknown(i)) => return Err(Failure::Indeterminate(i)),
+        }
+        tracing::debug!(script = script.name, "NOSCRIPT: loading the script again");
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(script.source);
+        if let Err(failed) = self.send(&current, &load).await {
+            // The lease command has not run: the first EVALSHA was refused with NOSCRIPT and
+            // the second was never sent. Whatever went wrong with the load, nothing applied.
+            let detail = match failed {
+                Classified::NotApplied(u) => u.detail,
+                Classified::Unknown(i) => i.detail,
+                Classified::NoScript => "NOSCRIPT on SCRIPT LOAD".to_owned(),
+            };
+            return Err(Failure::Unavailable(Unavailable::new(
+                UnavailableCause::ScriptMissing,
+                format!("loading the {} script failed: {detail}", script.name),
+            )));
+        }
+        match self.send(&current, &evalsha).await {
+            Ok(value) => Ok(value),
+            Err(Classified::NoScript) => Err(Failure::Unavailable(Unavailable::new(
+                UnavailableCause::ScriptMissing,
+                format!(
+                    "the {} script was missing right after loading it",
+                    script.name
+                ),
+            ))),
+            Err(Classified::NotApplied(u)) => Err(Failure::Unavailable(u)),
+            Err(Classified::Unknown(i)) => Err(Failure::Indeterminate(i)),
+        }
+    }
+
+    /// Connects and loads `scripts`, so that later commands are one round trip each.
+    pub(crate) async fn load(&self, scripts: &[&LeaseScript]) -> Result<(), Failure> {
+        let current = self.connection().await.map_err(Failure::Unavailable)?;
+        for script in scripts {
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(script.source);
+            match self.send(&current, &load).await {
+                Ok(_) => {}
+                Err(Classified::NotApplied(u)) => return Err(Failure::Unavailable(u)),
+                Err(Classified::Unknown(i)) => return Err(Failure::Indeterminate(i)),
+                Err(Classified::NoScript) => {
+                    return Err(Failure::Unavailable(Unavailable::new(
+                        UnavailableCause::ScriptMissing,
+                        "NOSCRIPT on SCRIPT LOAD",
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}

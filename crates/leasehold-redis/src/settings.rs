@@ -1,0 +1,213 @@
+//! Settings of the Redis backend, validated before any I/O.
+
+use std::time::Duration;
+
+use leasehold::{Error, ErrorKind};
+
+/// Settings of a [`crate::RedisBackend`].
+///
+/// Defaults are those of the original design: command timeout 200 ms, contention retry-after
+/// fallback 50 ms; namespace `leasehold`, key version `v1`, at most 1024 commands in flight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisSettings {
+    namespace: String,
+    key_version: String,
+    command_timeout: Duration,
+    connect_timeout: Duration,
+    retry_after_fallback: Duration,
+    max_in_flight: usize,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        Self {
+            namespace: "leasehold".to_owned(),
+            key_version: "v1".to_owned(),
+            command_timeout: Duration::from_millis(200),
+            connect_timeout: Duration::from_millis(1000),
+            retry_after_fallback: Duration::from_millis(50),
+            max_in_flight: 1024,
+        }
+    }
+}
+
+fn invalid(message: String) -> Error {
+    Error::new(ErrorKind::InvalidSetting, message)
+}
+
+fn check_duration(name: &str, value: Duration, max: Duration) -> Result<(), Error> {
+    if value.is_zero() || value > max {
+        return Err(invalid(format!(
+            "{name} must be above zero and at most {max:?}, got {value:?}"
+        )));
+    }
+    Ok(())
+}
+
+impl RedisSettings {
+    /// Returns the default settings.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the namespace every key starts with: `[A-Za-z0-9._-]{1,64}` (no `:`, no braces,
+    /// so that it can neither fake a key segment nor a hash tag).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidSetting`] if `namespace` is outside that charset or length.
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Result<Self, Error> {
+        let namespace = namespace.into();
+        let ok = !namespace.is_empty()
+            && namespace.len() <= 64
+            && namespace
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if !ok {
+            return Err(invalid(format!(
+                "namespace must match [A-Za-z0-9._-]{{1,64}}, got {namespace:?}"
+            )));
+        }
+        self.namespace = namespace;
+        Ok(self)
+    }
+
+    /// Sets the key version segment: `[a-z0-9]{1,16}`. Changing it starts a fresh key space.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidSetting`] if `version` is outside that charset or length.
+    pub fn with_key_version(mut self, version: impl Into<String>) -> Result<Self, Error> {
+        let version = version.into();
+        let ok = !version.is_empty()
+            && version.len() <= 16
+            && version
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        if !ok {
+            return Err(invalid(format!(
+                "key version must match [a-z0-9]{{1,16}}, got {version:?}"
+            )));
+        }
+        self.key_version = version;
+        Ok(self)
+    }
+
+    /// Sets how long a sent command may wait for its reply before its outcome is
+    /// `Indeterminate` (at most 60 s).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidSetting`] if zero or above 60 s.
+    pub fn with_command_timeout(mut self, timeout: Duration) -> Result<Self, Error> {
+        check_duration("command timeout", timeout, Duration::from_secs(60))?;
+        self.command_timeout = timeout;
+        Ok(self)
+    }
+
+    /// Sets how long making a connection may take before a command is `Unavailable` without
+    /// being sent (at most 60 s).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidSetting`] if zero or above 60 s.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Result<Self, Error> {
+        check_duration("connect timeout", timeout, Duration::from_secs(60))?;
+        self.connect_timeout = timeout;
+        Ok(self)
+    }
+
+    /// Sets the retry-after reported on contention when the holder's key has no positive
+    /// PTTL (at most 60 s).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidSetting`] if zero or above 60 s.
+    pub fn with_retry_after_fallback(mut self, fallback: Duration) -> Result<Self, Error> {
+        check_duration("retry-after fallback", fallback, Duration::from_secs(60))?;
+        self.retry_after_fallback = fallback;
+        Ok(self)
+    }
+
+    /// Sets how many commands may be in flight at once; beyond it, calls return `Overloaded`
+    /// without sending (1 to 1,000,000).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidSetting`] if out of range.
+    pub fn with_max_in_flight(mut self, limit: usize) -> Result<Self, Error> {
+        if !(1..=1_000_000).contains(&limit) {
+            return Err(invalid(format!(
+                "max in flight must be from 1 to 1000000, got {limit}"
+            )));
+        }
+        self.max_in_flight = limit;
+        Ok(self)
+    }
+
+    /// Returns the namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Returns the key version.
+    pub fn key_version(&self) -> &str {
+        &self.key_version
+    }
+
+    /// Returns the command timeout.
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// Returns the connect timeout.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// Returns the contention retry-after fallback.
+    pub fn retry_after_fallback(&self) -> Duration {
+        self.retry_after_fallback
+    }
+
+    /// Returns the in-flight limit.
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_originals() {
+        let s = RedisSettings::default();
+        assert_eq!(s.command_timeout(), Duration::from_millis(200));
+        assert_eq!(s.retry_after_fallback(), Duration::from_millis(50));
+        assert_eq!(s.namespace(), "leasehold");
+        assert_eq!(s.key_version(), "v1");
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        let s = RedisSettings::default();
+        for ns in ["", "a:b", "{x}", "a b", &"n".repeat(65)] {
+            assert_eq!(
+                s.clone().with_namespace(ns).unwrap_err().kind(),
+                ErrorKind::InvalidSetting
+            );
+        }
+        for v in ["", "V1", "v-1", &"1".repeat(17)] {
+            assert!(s.clone().with_key_version(v).is_err(), "{v:?}");
+        }
+        assert!(s.clone().with_command_timeout(Duration::ZERO).is_err());
+        assert!(
+            s.clone()
+                .with_command_timeout(Duration::from_secs(61))
+                .is_err()
+        );
+        assert!(s.clone().with_max_in_flight(0).is_err());
+        assert!(s.with_namespace("my-app.prod_1").is_ok());
+    }
+}

@@ -1,0 +1,77 @@
+//! Shared helpers for the real-Redis tests: each test starts its own redis-server.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use leasehold_redis::leasehold::{LeaseRequest, OperationId, Purpose, ResourceDigest};
+use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
+use test_support::RedisServer;
+
+pub fn client_with(server: &RedisServer, settings: RedisSettings) -> RedisLeases {
+    RedisBackend::open(&server.url(), settings)
+        .expect("valid URL")
+        .into_client()
+}
+
+pub fn client(server: &RedisServer) -> RedisLeases {
+    client_with(server, RedisSettings::default())
+}
+
+/// A request with a fresh attempt for operation `op` on the raw resource `resource`.
+pub fn request(client: &RedisLeases, resource: &str, op: &str, ttl: Duration) -> LeaseRequest {
+    let attempt = client
+        .new_attempt(OperationId::new(op).expect("valid op id"))
+        .expect("entropy");
+    client
+        .request(
+            Purpose::new("test").expect("valid purpose"),
+            ResourceDigest::of(resource),
+            attempt,
+            ttl,
+        )
+        .expect("valid request")
+}
+
+/// The lease key of `request` on the server, as the default settings lay it out.
+pub fn lease_key(client: &RedisLeases, request: &LeaseRequest) -> String {
+    client
+        .backend()
+        .keys()
+        .lease_key(request.purpose(), request.resource())
+}
+
+/// Commands the lease scripts run *inside* EVALSHA; INFO commandstats counts them too.
+pub const SCRIPT_INTERNAL: &[&str] = &["get", "set", "incr", "pttl", "pexpire", "del"];
+
+/// Calls per command between two commandstats snapshots, leaving out INFO itself.
+pub fn delta(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .filter(|(name, _)| name.as_str() != "info")
+        .filter_map(|(name, &calls)| {
+            let d = calls - before.get(name).copied().unwrap_or(0);
+            (d > 0).then(|| (name.clone(), d))
+        })
+        .collect()
+}
+
+/// The client-issued commands of a delta: everything but what scripts ran inside.
+pub fn client_commands(delta: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    delta
+        .iter()
+        .filter(|(name, _)| !SCRIPT_INTERNAL.contains(&name.as_str()))
+        .map(|(n, c)| (n.clone(), *c))
+        .collect()
+}
+
+pub fn pttl(server: &RedisServer, key: &str) -> i64 {
+    server
+        .cmd(&["PTTL", key])
+        .as_int()
+        .expect("PTTL returns an integer")
+}

@@ -1,0 +1,414 @@
+//! Regression tests for the original's defects, and error classification on a real server.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, client_commands, client_with, delta, lease_key, pttl, request};
+use leasehold_redis::leasehold::{
+    AcquireOutcome, BootClock, Clock, DriftBudget, ErrorKind, IndeterminateCause, InspectOutcome,
+    LeaseRequest, LeaseState, OperationId, Purpose, ReleaseOutcome, RenewOutcome, ResourceDigest,
+    UnavailableCause,
+};
+use leasehold_redis::{RedisBackend, RedisSettings};
+use test_support::RedisServer;
+
+/// Defect 3: a replay used to be granted the full TTL again.
+#[tokio::test]
+async fn a_replay_never_outlives_the_servers_key() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let ttl = Duration::from_secs(2);
+    let req = request(&client, "d3", "op-a", ttl);
+    let first = client.try_acquire(&req).await.into_handle().expect("held");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let replay = match client.try_acquire(&req).await {
+        AcquireOutcome::Replayed(h) => h,
+        other => panic!("expected Replayed, got {other:?}"),
+    };
+    let remaining = replay.remaining_validity();
+    let server_left = pttl(&server, &lease_key(&client, &req));
+    assert!(server_left > 0, "the key expired early: {server_left}");
+    assert!(
+        remaining <= Duration::from_millis(u64::try_from(server_left).unwrap()),
+        "replay believes {remaining:?}, the server keeps the key {server_left} ms"
+    );
+    assert!(remaining <= Duration::from_millis(500), "{remaining:?}");
+    assert_eq!(replay.fence(), first.fence());
+    let _ = replay.release().await;
+}
+
+/// Defect 6: the observed server expiry ignored the reply's PTTL.
+#[tokio::test]
+async fn observed_server_expiry_is_within_the_replys_pttl() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let ttl = Duration::from_secs(3);
+    let req = request(&client, "d6", "op-a", ttl);
+    let before = BootClock.now();
+    let lease = client.try_acquire(&req).await.into_handle().expect("held");
+    let after = BootClock.now();
+    assert!(lease.observed_server_expiry() >= before + ttl);
+    assert!(lease.observed_server_expiry() <= after + ttl);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let replay = client
+        .try_acquire(&req)
+        .await
+        .into_handle()
+        .expect("replayed");
+    let read_at = BootClock.now();
+    let left =
+        Duration::from_millis(u64::try_from(pttl(&server, &lease_key(&client, &req))).unwrap());
+    // The replay's PTTL is what was left of the first grant, not a fresh TTL.
+    assert!(replay.observed_server_expiry() <= read_at + left + Duration::from_millis(1));
+    assert!(replay.observed_server_expiry() <= after + ttl);
+    assert!(replay.valid_until() < replay.observed_server_expiry());
+    let _ = replay.release().await;
+}
+
+/// Defect 9: a TTL not above the drift budget was refused only after the script had run.
+#[tokio::test]
+async fn an_invalid_ttl_sends_no_command_and_changes_nothing() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    client.backend().warm_up().await.expect("warm up");
+    server.cmd(&["SET", "unrelated", "kept"]);
+    let before = server.commandstats();
+    let attempt = client.new_attempt(OperationId::new("op").unwrap()).unwrap();
+    for ttl in [0, 1, 10] {
+        let refused = client.request(
+            Purpose::new("test").unwrap(),
+            ResourceDigest::of("d9"),
+            attempt.clone(),
+            Duration::from_millis(ttl),
+        );
+        assert_eq!(
+            refused.unwrap_err().kind(),
+            ErrorKind::InvalidTtl,
+            "{ttl} ms"
+        );
+    }
+    let zero_drift = DriftBudget::new(Duration::from_millis(50), 0).unwrap();
+    assert!(
+        LeaseRequest::new(
+            Purpose::new("test").unwrap(),
+            ResourceDigest::of("d9"),
+            attempt,
+            Duration::from_millis(50),
+            zero_drift,
+        )
+        .is_err()
+    );
+    let sent = delta(&before, &server.commandstats());
+    assert!(sent.is_empty(), "commands were sent: {sent:?}");
+    assert_eq!(
+        server.cmd(&["GET", "unrelated"]).as_string(),
+        Some("kept".into())
+    );
+    assert_eq!(server.keys(), vec!["unrelated".to_owned()]);
+}
+
+/// Scripts are loaded once; after SCRIPT FLUSH, NOSCRIPT loads them again and retries once.
+#[tokio::test]
+async fn noscript_after_script_flush_recovers() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let req = request(&client, "flush", "op-a", Duration::from_secs(5));
+    let lease = client.try_acquire(&req).await.into_handle().expect("held");
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    let before = server.commandstats();
+    assert!(lease.renew().await.is_renewed());
+    let sent = client_commands(&delta(&before, &server.commandstats()));
+    assert_eq!(sent.get("evalsha"), Some(&2), "{sent:?}");
+    assert_eq!(sent.get("script|load"), Some(&1), "{sent:?}");
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+}
+
+/// After warm-up every operation is exactly one round trip: one EVALSHA, nothing else.
+#[tokio::test]
+async fn every_operation_is_one_round_trip_after_warm_up() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    client.backend().warm_up().await.expect("warm up");
+    let req = request(&client, "rtt", "op-a", Duration::from_secs(5));
+    let other = request(&client, "rtt", "op-b", Duration::from_secs(5));
+    let step = |name: &str, before: &std::collections::BTreeMap<String, u64>| {
+        let sent = client_commands(&delta(before, &server.commandstats()));
+        assert_eq!(
+            sent,
+            [("evalsha".to_owned(), 1)].into_iter().collect(),
+            "{name} sent {sent:?}"
+        );
+        server.commandstats()
+    };
+    let before = server.commandstats();
+    let lease = client.try_acquire(&req).await.into_handle().expect("held");
+    let before = step("acquire", &before);
+    assert!(matches!(
+        client.try_acquire(&other).await,
+        AcquireOutcome::Contended(_)
+    ));
+    let before = step("contended acquire", &before);
+    assert!(matches!(
+        client.try_acquire(&req).await,
+        AcquireOutcome::Replayed(_)
+    ));
+    let before = step("replay", &before);
+    assert!(lease.renew().await.is_renewed());
+    let before = step("renew", &before);
+    assert!(matches!(
+        client
+            .inspect(req.purpose(), req.resource(), Some(req.attempt()))
+            .await,
+        InspectOutcome::HeldByThisAttempt(_)
+    ));
+    let before = step("inspect", &before);
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    step("release", &before);
+}
+
+/// Defect 5: "not sent" and "sent, outcome unknown" must be told apart.
+#[tokio::test]
+async fn a_stopped_server_is_indeterminate_and_a_refusing_one_unavailable() {
+    let mut server = RedisServer::start();
+    let client = client(&server);
+    client.backend().warm_up().await.expect("warm up");
+    let req = request(&client, "d5", "op-a", Duration::from_secs(5));
+    {
+        let _paused = server.pause();
+        match client.try_acquire(&req).await {
+            AcquireOutcome::Indeterminate { operation, cause } => {
+                assert_eq!(operation.as_str(), "op-a");
+                assert_eq!(cause.cause, IndeterminateCause::ResponseTimeout);
+            }
+            other => panic!("expected Indeterminate, got {other:?}"),
+        }
+    }
+    // The stalled command ran once the server resumed: replaying the same attempt finds it.
+    let lease = loop_until_replayed(&client, &req).await;
+    assert_eq!(lease.fence().get(), 1);
+    server.kill();
+    let fresh = common::client(&server);
+    match fresh
+        .try_acquire(&request(&fresh, "d5", "op-b", Duration::from_secs(5)))
+        .await
+    {
+        AcquireOutcome::Unavailable(u) => assert_eq!(u.cause, UnavailableCause::ConnectionRefused),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    // The old client's connection is dead: at most one Indeterminate, then Unavailable.
+    let mut outcomes = Vec::new();
+    for _ in 0..3 {
+        outcomes.push(lease.renew().await);
+    }
+    assert!(
+        matches!(outcomes.last(), Some(RenewOutcome::Unavailable(u)) if u.cause == UnavailableCause::ConnectionRefused),
+        "{outcomes:?}"
+    );
+    assert!(outcomes.iter().all(|o| matches!(
+        o,
+        RenewOutcome::Indeterminate(_) | RenewOutcome::Unavailable(_)
+    )));
+}
+
+async fn loop_until_replayed(
+    client: &leasehold_redis::RedisLeases,
+    req: &LeaseRequest,
+) -> leasehold_redis::leasehold::LeaseHandle<RedisBackend> {
+    // Bounded: the resumed server answers within a few command timeouts.
+    for _ in 0..10 {
+        match client.try_acquire(req).await {
+            AcquireOutcome::Replayed(h) => return h,
+            AcquireOutcome::Indeterminate { .. } => continue,
+            other => panic!("expected Replayed, got {other:?}"),
+        }
+    }
+    panic!("no Replayed within ten tries");
+}
+
+/// A local in-flight limit gives Overloaded, without sending anything.
+#[tokio::test]
+async fn the_in_flight_limit_gives_overloaded() {
+    let server = RedisServer::start();
+    let settings = RedisSettings::default().with_max_in_flight(1).unwrap();
+    let client = client_with(&server, settings);
+    client.backend().warm_up().await.expect("warm up");
+    let first = request(&client, "busy", "op-a", Duration::from_secs(5));
+    let second = request(&client, "busy", "op-b", Duration::from_secs(5));
+    let _paused = server.pause();
+    // `join!` polls the first future first: it takes the only permit before it awaits.
+    let (a, b) = tokio::join!(client.try_acquire(&first), client.try_acquire(&second));
+    assert!(matches!(a, AcquireOutcome::Indeterminate { .. }), "{a:?}");
+    assert!(matches!(b, AcquireOutcome::Overloaded), "{b:?}");
+}
+
+/// READONLY, NOPERM, OOM and BUSY are refusals before execution: not applied.
+#[tokio::test]
+async fn a_replica_refuses_writes_as_unavailable_and_still_inspects() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start();
+    replica.cmd(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
+    let client = client(&replica);
+    let req = request(&client, "ro", "op-a", Duration::from_secs(5));
+    match client.try_acquire(&req).await {
+        AcquireOutcome::Unavailable(u) => assert_eq!(u.cause, UnavailableCause::ReadOnly, "{u}"),
+        other => panic!("expected Unavailable(ReadOnly), got {other:?}"),
+    }
+    assert_eq!(
+        client.inspect(req.purpose(), req.resource(), None).await,
+        InspectOutcome::Free
+    );
+}
+
+#[tokio::test]
+async fn missing_permissions_are_unavailable_and_the_password_stays_secret() {
+    let server = RedisServer::start();
+    server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "limited",
+        "on",
+        ">s3cret-pw",
+        "~*",
+        "+@all",
+        "-evalsha",
+    ]);
+    let url = format!("redis://limited:s3cret-pw@127.0.0.1:{}", server.port());
+    let backend = RedisBackend::open(&url, RedisSettings::default()).unwrap();
+    assert!(!format!("{backend:?}").contains("s3cret-pw"));
+    let client = backend.into_client();
+    let req = request(&client, "perm", "op-a", Duration::from_secs(5));
+    match client.try_acquire(&req).await {
+        AcquireOutcome::Unavailable(u) => {
+            assert_eq!(u.cause, UnavailableCause::NoPermission, "{u}");
+            assert!(!u.detail.contains("s3cret-pw"));
+        }
+        other => panic!("expected Unavailable(NoPermission), got {other:?}"),
+    }
+    let wrong = format!("redis://limited:wrong-pw@127.0.0.1:{}", server.port());
+    let client = RedisBackend::open(&wrong, RedisSettings::default())
+        .unwrap()
+        .into_client();
+    match client.try_acquire(&req).await {
+        AcquireOutcome::Unavailable(u) => {
+            assert_eq!(u.cause, UnavailableCause::NoPermission, "{u}");
+            assert!(!format!("{u:?}").contains("wrong-pw"));
+        }
+        other => panic!("expected Unavailable(NoPermission), got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn out_of_memory_refuses_acquire_but_still_releases() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let req = request(&client, "oom", "op-a", Duration::from_secs(5));
+    let lease = client.try_acquire(&req).await.into_handle().expect("held");
+    server.cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+    let other = request(&client, "oom-2", "op-b", Duration::from_secs(5));
+    match client.try_acquire(&other).await {
+        AcquireOutcome::Unavailable(u) => assert_eq!(u.cause, UnavailableCause::OutOfMemory, "{u}"),
+        other => panic!("expected Unavailable(OutOfMemory), got {other:?}"),
+    }
+    assert!(lease.renew().await.is_renewed());
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+}
+
+#[tokio::test]
+async fn a_server_busy_with_a_script_is_unavailable() {
+    let server = RedisServer::start_with_args(&["--busy-reply-threshold", "50"]);
+    let client = client(&server);
+    client.backend().warm_up().await.expect("warm up");
+    let port = server.port();
+    let blocker = std::thread::spawn(move || {
+        // A script that spins until SCRIPT KILL.
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let script = "local i = 0 while true do i = i + 1 end";
+        let cmd = format!(
+            "*3\r\n$4\r\nEVAL\r\n${}\r\n{script}\r\n$1\r\n0\r\n",
+            script.len()
+        );
+        std::io::Write::write_all(&mut stream, cmd.as_bytes()).unwrap();
+        let mut buf = [0u8; 256];
+        let _ = std::io::Read::read(&mut stream, &mut buf);
+    });
+    // Bounded: wait until the server answers BUSY to everyone.
+    let busy = (0..500).any(|_| {
+        let reply = server.cmd(&["PING"]);
+        let busy = matches!(&reply, test_support::Reply::Error(e) if e.starts_with("BUSY"));
+        if !busy {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        busy
+    });
+    assert!(busy, "the spinning script never made the server busy");
+    let req = request(&client, "busy", "op-a", Duration::from_secs(5));
+    match client.try_acquire(&req).await {
+        AcquireOutcome::Unavailable(u) => assert_eq!(u.cause, UnavailableCause::Busy, "{u}"),
+        other => panic!("expected Unavailable(Busy), got {other:?}"),
+    }
+    server.cmd(&["SCRIPT", "KILL"]);
+    blocker.join().unwrap();
+    // Busy was a refusal: nothing is held, and the resource is free.
+    assert_eq!(
+        client.inspect(req.purpose(), req.resource(), None).await,
+        InspectOutcome::Free
+    );
+}
+
+/// No owner token in any Debug, Display or error text.
+#[tokio::test]
+async fn owner_tokens_never_appear_in_text() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let holder = request(&client, "secret", "op-a", Duration::from_secs(5));
+    let contender = request(&client, "secret", "op-b", Duration::from_secs(5));
+    let tokens = [
+        holder.attempt().owner_token().expose_secret().to_owned(),
+        contender.attempt().owner_token().expose_secret().to_owned(),
+    ];
+    let mut texts = vec![
+        format!("{holder:?}"),
+        format!("{}", holder.attempt()),
+        format!("{:?}", holder.attempt().owner_token()),
+        format!("{client:?}"),
+    ];
+    let acquired = client.try_acquire(&holder).await;
+    texts.push(format!("{acquired:?}"));
+    let lease = acquired.into_handle().expect("held");
+    texts.push(format!("{lease:?}"));
+    texts.push(format!("{:?}", lease.grant()));
+    texts.push(format!("{:?}", client.try_acquire(&contender).await));
+    texts.push(format!("{:?}", client.try_acquire(&holder).await));
+    texts.push(format!(
+        "{:?}",
+        client
+            .inspect(holder.purpose(), holder.resource(), Some(holder.attempt()))
+            .await
+    ));
+    {
+        let _paused = server.pause();
+        let outcome = lease.renew().await;
+        texts.push(format!("{outcome:?}"));
+        if let RenewOutcome::Indeterminate(i) = &outcome {
+            texts.push(i.to_string());
+        }
+    }
+    texts.push(format!("{:?}", lease.release().await));
+    texts.push(format!("{:?}", lease.state()));
+    let invalid = client.request(
+        holder.purpose().clone(),
+        holder.resource().clone(),
+        holder.attempt().clone(),
+        Duration::ZERO,
+    );
+    texts.push(format!("{:?}", invalid.as_ref().unwrap_err()));
+    texts.push(invalid.unwrap_err().to_string());
+    for text in &texts {
+        for token in &tokens {
+            assert!(!text.contains(token.as_str()), "token in {text}");
+        }
+    }
+    assert_ne!(lease.state(), LeaseState::Active);
+}

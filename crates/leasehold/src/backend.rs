@@ -1,0 +1,177 @@
+//! The provider port: the four wire operations a lease backend implements.
+//!
+//! A backend only moves requests to its server and decodes the replies into these types. It
+//! holds no clock and no state machine: [`crate::LeaseClient`] reads the clock before every
+//! send and [`crate::LeaseHandle`] turns replies into validity and state, once, for every
+//! backend (the Redis adapter and the simulator share that code).
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::fence::FenceToken;
+use crate::id::{Attempt, Purpose, ResourceDigest};
+use crate::outcome::{Contention, Failure, InspectOutcome, LossCause};
+use crate::request::LeaseRequest;
+
+/// One grant, as the handle knows it: what to send to renew or release exactly this grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    purpose: Purpose,
+    resource: ResourceDigest,
+    attempt: Attempt,
+    fence: FenceToken,
+    ttl: Duration,
+}
+
+impl Grant {
+    pub(crate) fn new(request: &LeaseRequest, fence: FenceToken) -> Self {
+        Self {
+            purpose: request.purpose().clone(),
+            resource: request.resource().clone(),
+            attempt: request.attempt().clone(),
+            fence,
+            ttl: request.ttl(),
+        }
+    }
+
+    /// Returns the purpose.
+    pub fn purpose(&self) -> &Purpose {
+        &self.purpose
+    }
+
+    /// Returns the resource digest.
+    pub fn resource(&self) -> &ResourceDigest {
+        &self.resource
+    }
+
+    /// Returns the attempt that holds the grant.
+    pub fn attempt(&self) -> &Attempt {
+        &self.attempt
+    }
+
+    /// Returns the grant's fencing token.
+    pub fn fence(&self) -> FenceToken {
+        self.fence
+    }
+
+    /// Returns the TTL every renewal sets (the request's TTL; renewals never shorten it).
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Returns the TTL in whole milliseconds.
+    pub fn ttl_millis(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// What the server granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GrantReply {
+    /// The grant's fencing token.
+    pub fence: FenceToken,
+    /// The key's remaining time to live on the server, from the reply (PTTL).
+    pub server_ttl: Duration,
+}
+
+impl GrantReply {
+    /// Makes a `GrantReply`.
+    pub fn new(fence: FenceToken, server_ttl: Duration) -> Self {
+        Self { fence, server_ttl }
+    }
+}
+
+/// A backend's answer to an acquire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AcquireReply {
+    /// A new grant, with a new fence.
+    Granted(GrantReply),
+    /// This attempt already held it: the same fence and the *current* PTTL (not extended).
+    Replayed(GrantReply),
+    /// Another owner holds it.
+    Contended(Contention),
+    /// The same owner token holds it for another operation id.
+    OwnerOperationConflict(Contention),
+    /// No definite answer.
+    Failed(Failure),
+}
+
+/// A backend's answer to a renew.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RenewReply {
+    /// The exact grant (owner, operation, fence) was held and its TTL was set again.
+    Renewed {
+        /// The key's time to live on the server after the renewal.
+        server_ttl: Duration,
+    },
+    /// The grant is no longer held.
+    Lost(LossCause),
+    /// No definite answer.
+    Failed(Failure),
+}
+
+/// A backend's answer to a release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseReply {
+    /// The exact grant was held and was deleted.
+    Released,
+    /// The key was absent.
+    AlreadyGone,
+    /// Another grant holds the key; it was left alone.
+    NotOwner,
+    /// No definite answer.
+    Failed(Failure),
+}
+
+/// A lease backend: moves the four lease operations to a server, atomically there.
+///
+/// Implementations must keep these contracts, which the handle's safety rests on:
+///
+/// - `acquire` grants only if the key is absent, and then with a fencing token larger than any
+///   this server lineage issued before for the resource; a replay by the same attempt returns
+///   the same token and the *current* remaining TTL without extending it;
+/// - `renew` and `release` act only if the stored grant is exactly the given one (owner token,
+///   operation id and fence);
+/// - `renew` sets the TTL to the grant's TTL;
+/// - a [`Failure::Unavailable`] or [`Failure::Overloaded`] is returned only when the command
+///   was certainly not applied; anything uncertain is [`Failure::Indeterminate`].
+pub trait LeaseBackend: Send + Sync + 'static {
+    /// Tries once to acquire the lease described by `request`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the command applied on the server, exactly like an
+    /// `Indeterminate` reply; replay with the same attempt to find out.
+    fn acquire(&self, request: &LeaseRequest) -> impl Future<Output = AcquireReply> + Send;
+
+    /// Renews exactly `grant`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`Self::acquire`]: a dropped renew may have been applied.
+    fn renew(&self, grant: &Grant) -> impl Future<Output = RenewReply> + Send;
+
+    /// Releases exactly `grant`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`Self::acquire`]: a dropped release may have been applied.
+    fn release(&self, grant: &Grant) -> impl Future<Output = ReleaseReply> + Send;
+
+    /// Reads who holds the lease on `resource` for `purpose`; with an attempt, whether that
+    /// attempt holds it. Never changes anything.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: inspection changes nothing.
+    fn inspect(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        attempt: Option<&Attempt>,
+    ) -> impl Future<Output = InspectOutcome> + Send;
+}

@@ -1,0 +1,235 @@
+//! The lease client: attempts, requests, acquire and inspect over any backend.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::{AcquireReply, LeaseBackend};
+use crate::clock::{BootClock, Clock};
+use crate::error::Error;
+use crate::handle::LeaseHandle;
+use crate::id::{Attempt, OperationId, Purpose, ResourceDigest};
+use crate::outcome::{Contention, Failure, Indeterminate, InspectOutcome, Unavailable};
+use crate::request::{DriftBudget, LeaseRequest};
+
+/// The outcome of an acquire.
+#[non_exhaustive]
+#[must_use = "an acquire outcome may hold a lease that must be released, or be indeterminate"]
+pub enum AcquireOutcome<B: LeaseBackend> {
+    /// A new grant: the handle is `Active` with a new fence.
+    Acquired(LeaseHandle<B>),
+    /// This attempt already held the lease (a lost reply was replayed): the same fence, and a
+    /// validity capped by the key's *remaining* TTL, which the replay did not extend.
+    Replayed(LeaseHandle<B>),
+    /// Another owner holds the lease.
+    Contended(Contention),
+    /// The same owner token holds the lease for another operation id; the new operation does
+    /// not inherit it.
+    OwnerOperationConflict(Contention),
+    /// Sent, outcome unknown: the lease may have been granted to this attempt. Replay the same
+    /// request (same attempt) or inspect with it to find out.
+    Indeterminate {
+        /// The operation whose attempt may hold the lease.
+        operation: OperationId,
+        /// Why the outcome is unknown.
+        cause: Indeterminate,
+    },
+    /// Definitely not applied; nothing is held.
+    Unavailable(Unavailable),
+    /// Refused locally by the backend's in-flight limit; nothing was sent.
+    Overloaded,
+}
+
+impl<B: LeaseBackend> AcquireOutcome<B> {
+    /// Returns true if and only if the outcome carries a handle (`Acquired` or `Replayed`).
+    pub fn is_held(&self) -> bool {
+        matches!(
+            self,
+            AcquireOutcome::Acquired(_) | AcquireOutcome::Replayed(_)
+        )
+    }
+
+    /// Returns the handle, if the outcome carries one.
+    pub fn into_handle(self) -> Option<LeaseHandle<B>> {
+        match self {
+            AcquireOutcome::Acquired(h) | AcquireOutcome::Replayed(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// Returns the outcome's name, for logs and test messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AcquireOutcome::Acquired(_) => "Acquired",
+            AcquireOutcome::Replayed(_) => "Replayed",
+            AcquireOutcome::Contended(_) => "Contended",
+            AcquireOutcome::OwnerOperationConflict(_) => "OwnerOperationConflict",
+            AcquireOutcome::Indeterminate { .. } => "Indeterminate",
+            AcquireOutcome::Unavailable(_) => "Unavailable",
+            AcquireOutcome::Overloaded => "Overloaded",
+        }
+    }
+}
+
+impl<B: LeaseBackend> fmt::Debug for AcquireOutcome<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AcquireOutcome::Acquired(h) => f.debug_tuple("Acquired").field(h).finish(),
+            AcquireOutcome::Replayed(h) => f.debug_tuple("Replayed").field(h).finish(),
+            AcquireOutcome::Contended(c) => f.debug_tuple("Contended").field(c).finish(),
+            AcquireOutcome::OwnerOperationConflict(c) => {
+                f.debug_tuple("OwnerOperationConflict").field(c).finish()
+            }
+            AcquireOutcome::Indeterminate { operation, cause } => f
+                .debug_struct("Indeterminate")
+                .field("operation", operation)
+                .field("cause", cause)
+                .finish(),
+            AcquireOutcome::Unavailable(u) => f.debug_tuple("Unavailable").field(u).finish(),
+            AcquireOutcome::Overloaded => f.write_str("Overloaded"),
+        }
+    }
+}
+
+/// Leases over one backend: makes attempts and requests, acquires and inspects.
+///
+/// Cheap to clone; clones share the backend and the clock.
+pub struct LeaseClient<B: LeaseBackend> {
+    backend: Arc<B>,
+    clock: Arc<dyn Clock>,
+    drift: DriftBudget,
+}
+
+impl<B: LeaseBackend> Clone for LeaseClient<B> {
+    fn clone(&self) -> Self {
+        Self {
+            backend: Arc::clone(&self.backend),
+            clock: Arc::clone(&self.clock),
+            drift: self.drift,
+        }
+    }
+}
+
+impl<B: LeaseBackend> fmt::Debug for LeaseClient<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseClient")
+            .field("clock", &self.clock)
+            .field("drift", &self.drift)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: LeaseBackend> LeaseClient<B> {
+    /// Makes a client over `backend` with the boot-time clock and the default drift budget.
+    pub fn new(backend: B) -> Self {
+        Self {
+            backend: Arc::new(backend),
+            clock: Arc::new(BootClock),
+            drift: DriftBudget::default(),
+        }
+    }
+
+    /// Returns this client with another clock (virtual time in tests).
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Returns this client with another drift budget for the requests it makes.
+    pub fn with_drift_budget(mut self, drift: DriftBudget) -> Self {
+        self.drift = drift;
+        self
+    }
+
+    /// Returns the backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Returns the clock validity is read from.
+    pub fn clock(&self) -> &dyn Clock {
+        self.clock.as_ref()
+    }
+
+    /// Returns the drift budget requests made by [`request`](Self::request) use.
+    pub fn drift_budget(&self) -> DriftBudget {
+        self.drift
+    }
+
+    /// Makes a new attempt for `operation`. Keep it for every retry of the operation.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::ErrorKind::Entropy`] if the OS random number generator fails.
+    pub fn new_attempt(&self, operation: OperationId) -> Result<Attempt, Error> {
+        Attempt::new(operation)
+    }
+
+    /// Makes a request with this client's drift budget and no waiting.
+    ///
+    /// # Errors
+    ///
+    /// As [`LeaseRequest::new`].
+    pub fn request(
+        &self,
+        purpose: Purpose,
+        resource: ResourceDigest,
+        attempt: Attempt,
+        ttl: Duration,
+    ) -> Result<LeaseRequest, Error> {
+        LeaseRequest::new(purpose, resource, attempt, ttl, self.drift)
+    }
+
+    /// Tries once to acquire the lease, without waiting (the request's wait timeout is for
+    /// waiting acquires).
+    ///
+    /// Calling it again with the same request after an `Indeterminate` is the way to resolve
+    /// it: the server recognises the attempt and answers `Replayed` if the first call had been
+    /// applied.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the lease granted to this attempt, exactly as an
+    /// `Indeterminate` outcome would; replay the request to recover the handle.
+    pub async fn try_acquire(&self, request: &LeaseRequest) -> AcquireOutcome<B> {
+        // Read the clock before sending: validity is counted from here, so the round trip and
+        // any local queueing are deducted from the lease, never added to it.
+        let sent_at = self.clock.now();
+        let reply = self.backend.acquire(request).await;
+        let handle = |reply| {
+            LeaseHandle::new(
+                Arc::clone(&self.backend),
+                Arc::clone(&self.clock),
+                request,
+                reply,
+                sent_at,
+            )
+        };
+        match reply {
+            AcquireReply::Granted(grant) => AcquireOutcome::Acquired(handle(grant)),
+            AcquireReply::Replayed(grant) => AcquireOutcome::Replayed(handle(grant)),
+            AcquireReply::Contended(c) => AcquireOutcome::Contended(c),
+            AcquireReply::OwnerOperationConflict(c) => AcquireOutcome::OwnerOperationConflict(c),
+            AcquireReply::Failed(Failure::Indeterminate(cause)) => AcquireOutcome::Indeterminate {
+                operation: request.attempt().operation().clone(),
+                cause,
+            },
+            AcquireReply::Failed(Failure::Unavailable(u)) => AcquireOutcome::Unavailable(u),
+            AcquireReply::Failed(Failure::Overloaded) => AcquireOutcome::Overloaded,
+        }
+    }
+
+    /// Reads who holds the lease on `resource`; with `attempt`, whether that attempt does.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: inspection changes nothing.
+    pub async fn inspect(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        attempt: Option<&Attempt>,
+    ) -> InspectOutcome {
+        self.backend.inspect(purpose, resource, attempt).await
+    }
+}

@@ -1,0 +1,76 @@
+//! The crate's one error type: input that was refused before any I/O.
+
+use std::fmt;
+
+/// What kind of [`Error`] happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// An operation id was empty, too long or not printable ASCII.
+    InvalidOperationId,
+    /// A purpose was empty, too long or used characters outside `[a-z0-9._-]`.
+    InvalidPurpose,
+    /// A resource digest was not of the form `sha256:<64 lowercase hex digits>`.
+    InvalidResourceDigest,
+    /// A TTL was zero, not a whole number of milliseconds at least 1 ms, above the maximum,
+    /// or not above the drift budget it would be reduced by.
+    InvalidTtl,
+    /// A wait timeout was above the maximum.
+    InvalidWaitTimeout,
+    /// A drift budget was out of its documented bounds.
+    InvalidDriftBudget,
+    /// A setting (namespace, key version, timeout, limit…) was out of its documented bounds.
+    InvalidSetting,
+    /// The operating system's random number generator could not produce an owner token.
+    Entropy,
+}
+
+/// Input refused before any I/O, or a local resource (entropy) that was not available.
+///
+/// Nothing was sent to any server when this error is returned, so nothing stored there was
+/// changed by the call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+}
+
+impl Error {
+    /// Makes an error of `kind` with a human-readable explanation.
+    ///
+    /// The message must never contain an owner token or a credential.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// Returns what kind of error this is.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// Returns true if and only if the input itself was refused (as opposed to a local
+    /// resource being unavailable); retrying the same input will fail the same way.
+    pub fn is_invalid_input(&self) -> bool {
+        !matches!(self.kind, ErrorKind::Entropy)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = match self {
+            ErrorKind::InvalidOperationId => "invalid operation id",
+            ErrorKind::InvalidPurpose => "invalid purpose",
+            ErrorKind::InvalidResourceDigest => "invalid resource digest",
+            ErrorKind::InvalidTtl => "invalid TTL",
+            ErrorKind::InvalidWaitTimeout => "invalid wait timeout",
+            ErrorKind::InvalidDriftBudget => "invalid drift budget",
+            ErrorKind::InvalidSetting => "invalid setting",
+            ErrorKind::Entropy => "no entropy",
+        };
+        f.write_str(text)
+    }
+}

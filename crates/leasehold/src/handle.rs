@@ -1,0 +1,384 @@
+//! The lease handle: conservative local validity and a coherent state machine.
+//!
+//! # Validity
+//!
+//! A grant's validity is counted from the clock reading taken *before* its command was sent,
+//! never from when the reply arrived: the round trip, and any time the reply sat in a buffer,
+//! is deducted from the lease instead of being added to it. It is also capped by the server's
+//! reply, because a replay does not extend the key (defect 3 of the original):
+//!
+//! ```text
+//! granted     = min(request TTL, reply PTTL) − (fixed drift + rate × TTL)
+//! valid until = sent_at + granted
+//! ```
+//!
+//! so a handle never believes it holds a lease longer than the server keeps the key (as long as
+//! the server's clock does not run faster than the drift budget allows).
+//!
+//! # States and transitions
+//!
+//! `Lost` and `Released` are terminal: nothing leaves them and no command is sent from them.
+//! Time passing is an event too: an `Active` handle whose validity ran out becomes `Expired`,
+//! and that is recorded, not only computed.
+//!
+//! | from ↓ / event → | validity runs out | renew `Renewed` | renew `Lost` | renew `Indeterminate` | renew `Unavailable`, `Overloaded` | release `Released`, `AlreadyGone` | release `NotOwner` | release `Indeterminate` | release `Unavailable`, `Overloaded` |
+//! |---|---|---|---|---|---|---|---|---|---|
+//! | `Active`   | `Expired` | `Active` | `Lost` | `Unknown` | `Active`  | `Released` | `Lost` | `Unknown`¹ | `Active` |
+//! | `Expired`  | —         | `Active` | `Lost` | `Unknown` | `Expired` | `Released` | `Lost` | `Unknown`¹ | `Expired` |
+//! | `Unknown`  | —         | `Active` | `Lost` | `Unknown` | `Unknown` | `Released` | `Lost` | `Unknown`¹ | `Unknown` |
+//! | `Lost`     | —         | refused² | refused² | refused² | refused² | refused² | refused² | refused² | refused² |
+//! | `Released` | —         | refused² | refused² | refused² | refused² | refused² | refused² | refused² | refused² |
+//!
+//! ¹ An indeterminate release may have deleted the key, so it also revokes all remaining
+//! validity. ² `Refused { state }`, returned without sending anything.
+//!
+//! `Renewed` restores `Active` only because the backend renews *only* when the stored grant is
+//! exactly this one — same owner token, operation id and fence — which proves the key never
+//! lapsed (every new grant has a new fence). Once `release` has been called, `renew` is refused
+//! too: a delayed release could otherwise land after a renewal that had re-activated the handle.
+//!
+//! In `Unknown` after an indeterminate renew, [`LeaseHandle::remaining_validity`] still reports
+//! what the last confirmed grant or renewal proved (a renewal can only extend the key, never
+//! shorten it), but [`LeaseHandle::is_valid`] is false: the handle cannot vouch for more.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::backend::{Grant, GrantReply, LeaseBackend, ReleaseReply, RenewReply};
+use crate::clock::{Clock, MonotonicInstant};
+use crate::fence::{FenceToken, Guarantee};
+use crate::id::{Attempt, Purpose, ResourceDigest};
+use crate::outcome::{Failure, ReleaseOutcome, RenewOutcome};
+use crate::request::LeaseRequest;
+
+/// Where a lease handle stands. See the [module docs](self) for the transition table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LeaseState {
+    /// Held, and the local validity budget has time left.
+    Active,
+    /// The local validity budget ran out; the server may or may not still hold the key. A
+    /// confirmed renewal can restore `Active`.
+    Expired,
+    /// The last renew or release had an unknown outcome.
+    Unknown,
+    /// The server said the grant is gone or held by another. Terminal.
+    Lost,
+    /// Released (or found already gone on release). Terminal.
+    Released,
+}
+
+impl LeaseState {
+    /// Returns true if and only if no transition leaves this state (`Lost`, `Released`).
+    pub fn is_terminal(self) -> bool {
+        matches!(self, LeaseState::Lost | LeaseState::Released)
+    }
+}
+
+/// A lease this process was granted: renew it, release it, and ask how long it is valid.
+///
+/// Dropping a handle does not release the lease: the key stays on the server until its TTL
+/// runs out. Release certainty needs an explicit [`release`](Self::release) and a look at its
+/// outcome.
+#[must_use = "dropping a lease handle leaves the lease held on the server until its TTL runs out; call `release().await` and check its outcome"]
+pub struct LeaseHandle<B: LeaseBackend> {
+    backend: Arc<B>,
+    clock: Arc<dyn Clock>,
+    grant: Grant,
+    drift: Duration,
+    core: Mutex<Core>,
+}
+
+#[derive(Debug)]
+struct Core {
+    state: LeaseState,
+    valid_until: MonotonicInstant,
+    server_expiry: MonotonicInstant,
+    release_started: bool,
+}
+
+impl Core {
+    /// Records the passage of time: `Active` past its deadline is `Expired`.
+    fn observe(&mut self, now: MonotonicInstant) {
+        if self.state == LeaseState::Active && now >= self.valid_until {
+            self.state = LeaseState::Expired;
+        }
+    }
+
+    fn remaining(&self, now: MonotonicInstant) -> Duration {
+        match self.state {
+            LeaseState::Active | LeaseState::Unknown => {
+                self.valid_until.saturating_duration_since(now)
+            }
+            LeaseState::Expired | LeaseState::Lost | LeaseState::Released => Duration::ZERO,
+        }
+    }
+
+    /// Moves to `to` unless the handle already reached a terminal state.
+    fn enter(&mut self, to: LeaseState) {
+        if !self.state.is_terminal() {
+            self.state = to;
+        }
+    }
+}
+
+impl<B: LeaseBackend> LeaseHandle<B> {
+    pub(crate) fn new(
+        backend: Arc<B>,
+        clock: Arc<dyn Clock>,
+        request: &LeaseRequest,
+        reply: GrantReply,
+        sent_at: MonotonicInstant,
+    ) -> Self {
+        let grant = Grant::new(request, reply.fence);
+        let drift = request.drift();
+        let (valid_until, server_expiry) =
+            validity_window(grant.ttl(), drift, sent_at, reply.server_ttl);
+        let mut core = Core {
+            state: LeaseState::Active,
+            valid_until,
+            server_expiry,
+            release_started: false,
+        };
+        core.observe(clock.now());
+        Self {
+            backend,
+            clock,
+            grant,
+            drift,
+            core: Mutex::new(core),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        // The critical sections never panic, but a poisoned lock must not take the handle
+        // down with it: the state inside is always consistent between statements.
+        self.core.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Returns the handle's state, recording `Expired` if the validity ran out.
+    pub fn state(&self) -> LeaseState {
+        let now = self.clock.now();
+        let mut core = self.lock();
+        core.observe(now);
+        core.state
+    }
+
+    /// Returns how much longer the handle can vouch for the lease; zero once it is expired,
+    /// lost or released.
+    pub fn remaining_validity(&self) -> Duration {
+        let now = self.clock.now();
+        let mut core = self.lock();
+        core.observe(now);
+        core.remaining(now)
+    }
+
+    /// Returns true if and only if the handle is `Active` with validity left.
+    pub fn is_valid(&self) -> bool {
+        self.state() == LeaseState::Active
+    }
+
+    /// Returns the instant at which the local validity ends.
+    pub fn valid_until(&self) -> MonotonicInstant {
+        self.lock().valid_until
+    }
+
+    /// Returns the earliest instant at which the server's key may expire, from the PTTL in the
+    /// last confirming reply (grant, replay or renewal), counted from before that command was
+    /// sent. Drift is not deducted; see [`valid_until`](Self::valid_until) for that.
+    pub fn observed_server_expiry(&self) -> MonotonicInstant {
+        self.lock().server_expiry
+    }
+
+    /// Returns the grant's fencing token.
+    pub fn fence(&self) -> FenceToken {
+        self.grant.fence()
+    }
+
+    /// Returns what this lease promises; see [`Guarantee`].
+    pub fn guarantee(&self) -> Guarantee {
+        Guarantee::Fenced(self.grant.fence())
+    }
+
+    /// Returns the TTL every renewal asks for.
+    pub fn ttl(&self) -> Duration {
+        self.grant.ttl()
+    }
+
+    /// Returns the drift deducted from every validity this handle is granted.
+    pub fn drift(&self) -> Duration {
+        self.drift
+    }
+
+    /// Returns the purpose.
+    pub fn purpose(&self) -> &Purpose {
+        self.grant.purpose()
+    }
+
+    /// Returns the resource digest.
+    pub fn resource(&self) -> &ResourceDigest {
+        self.grant.resource()
+    }
+
+    /// Returns the attempt holding the lease.
+    pub fn attempt(&self) -> &Attempt {
+        self.grant.attempt()
+    }
+
+    /// Returns the grant as the backend sees it.
+    pub fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
+    /// Renews the lease for its TTL, if the server still holds exactly this grant.
+    ///
+    /// Sent only from `Active`, `Expired` or `Unknown`, and only while no release has been
+    /// started; otherwise returns [`RenewOutcome::Refused`] without sending anything.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes may leave the renewal applied on the server;
+    /// the handle then keeps its earlier (shorter) validity, which is safe.
+    pub async fn renew(&self) -> RenewOutcome {
+        // Read before sending: validity from this renewal is counted from here.
+        let sent_at = self.clock.now();
+        {
+            let mut core = self.lock();
+            core.observe(sent_at);
+            if core.state.is_terminal() || core.release_started {
+                return RenewOutcome::Refused { state: core.state };
+            }
+        }
+        let reply = self.backend.renew(&self.grant).await;
+        let now = self.clock.now();
+        let mut core = self.lock();
+        core.observe(now);
+        match reply {
+            RenewReply::Renewed { server_ttl } => {
+                let (valid_until, server_expiry) =
+                    validity_window(self.grant.ttl(), self.drift, sent_at, server_ttl);
+                if !core.state.is_terminal() {
+                    // Concurrent renewals may confirm out of order; each one proves its own
+                    // window, so the latest window wins.
+                    core.valid_until = core.valid_until.max(valid_until);
+                    core.server_expiry = core.server_expiry.max(server_expiry);
+                    core.state = LeaseState::Active;
+                    core.observe(now);
+                }
+                RenewOutcome::Renewed {
+                    remaining: core.remaining(now),
+                }
+            }
+            RenewReply::Lost(cause) => {
+                core.enter(LeaseState::Lost);
+                RenewOutcome::Lost(cause)
+            }
+            RenewReply::Failed(Failure::Indeterminate(why)) => {
+                // No validity is added: only confirmed renewals extend it.
+                core.enter(LeaseState::Unknown);
+                RenewOutcome::Indeterminate(why)
+            }
+            RenewReply::Failed(Failure::Unavailable(why)) => RenewOutcome::Unavailable(why),
+            RenewReply::Failed(Failure::Overloaded) => RenewOutcome::Overloaded,
+        }
+    }
+
+    /// Releases the lease if the server still holds exactly this grant.
+    ///
+    /// Sent only from `Active`, `Expired` or `Unknown`; otherwise returns
+    /// [`ReleaseOutcome::Refused`] without sending anything. After this is called, `renew` is
+    /// refused whatever the outcome. An `Unavailable` or `Overloaded` outcome leaves the lease
+    /// held: call `release` again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the key deleted or not; the handle then refuses renewals
+    /// but keeps its state, and the key expires with its TTL at the latest.
+    pub async fn release(&self) -> ReleaseOutcome {
+        let sent_at = self.clock.now();
+        {
+            let mut core = self.lock();
+            core.observe(sent_at);
+            if core.state.is_terminal() {
+                return ReleaseOutcome::Refused { state: core.state };
+            }
+            core.release_started = true;
+        }
+        let reply = self.backend.release(&self.grant).await;
+        let now = self.clock.now();
+        let mut core = self.lock();
+        core.observe(now);
+        match reply {
+            ReleaseReply::Released => {
+                core.enter(LeaseState::Released);
+                ReleaseOutcome::Released
+            }
+            ReleaseReply::AlreadyGone => {
+                core.enter(LeaseState::Released);
+                ReleaseOutcome::AlreadyGone
+            }
+            ReleaseReply::NotOwner => {
+                core.enter(LeaseState::Lost);
+                ReleaseOutcome::NotOwner
+            }
+            ReleaseReply::Failed(Failure::Indeterminate(why)) => {
+                // The key may be gone already: nothing about it is proven any more.
+                core.enter(LeaseState::Unknown);
+                core.valid_until = core.valid_until.min(sent_at);
+                ReleaseOutcome::Indeterminate(why)
+            }
+            ReleaseReply::Failed(Failure::Unavailable(why)) => ReleaseOutcome::Unavailable(why),
+            ReleaseReply::Failed(Failure::Overloaded) => ReleaseOutcome::Overloaded,
+        }
+    }
+}
+
+/// Computes `(valid until, observed server expiry)` for a confirming reply.
+fn validity_window(
+    ttl: Duration,
+    drift: Duration,
+    sent_at: MonotonicInstant,
+    server_ttl: Duration,
+) -> (MonotonicInstant, MonotonicInstant) {
+    // Capped by the reply's PTTL: a replay, or a key that another client shortened, must not
+    // earn more validity than the server will keep the key for.
+    let granted = ttl.min(server_ttl).saturating_sub(drift);
+    (sent_at + granted, sent_at + server_ttl)
+}
+
+impl<B: LeaseBackend> fmt::Debug for LeaseHandle<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let core = self.lock();
+        f.debug_struct("LeaseHandle")
+            .field("purpose", self.grant.purpose())
+            .field("resource", self.grant.resource())
+            .field("attempt", self.grant.attempt())
+            .field("fence", &self.grant.fence())
+            .field("state", &core.state)
+            .field("valid_until", &core.valid_until)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validity_is_capped_by_the_reply_pttl() {
+        let at = MonotonicInstant::from_origin(Duration::from_secs(100));
+        let ttl = Duration::from_secs(2);
+        let drift = Duration::from_millis(30);
+        // A replay 1.5 s into a 2 s lease: the server has 500 ms left.
+        let (valid, server) = validity_window(ttl, drift, at, Duration::from_millis(500));
+        assert_eq!(valid, at + Duration::from_millis(470));
+        assert_eq!(server, at + Duration::from_millis(500));
+        // A fresh grant: the reply PTTL equals the TTL.
+        let (valid, _) = validity_window(ttl, drift, at, ttl);
+        assert_eq!(valid, at + Duration::from_millis(1970));
+        // A reply PTTL below the drift leaves nothing, never a negative window.
+        let (valid, _) = validity_window(ttl, drift, at, Duration::from_millis(5));
+        assert_eq!(valid, at);
+    }
+}

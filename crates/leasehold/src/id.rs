@@ -1,0 +1,441 @@
+//! Identities: operations, attempts and their secret owner tokens, purposes, resource digests.
+
+use std::fmt;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use sha1::Sha1;
+use sha2::{Digest as _, Sha256};
+
+use crate::error::{Error, ErrorKind};
+
+/// The longest [`OperationId`], in bytes.
+pub const MAX_OPERATION_ID_LEN: usize = 128;
+/// The longest [`Purpose`], in bytes.
+pub const MAX_PURPOSE_LEN: usize = 64;
+/// Number of random bytes in an owner token.
+pub const OWNER_TOKEN_BYTES: usize = 24;
+
+/// The caller's identifier for one logical operation (a job run, a request id).
+///
+/// 1 to [`MAX_OPERATION_ID_LEN`] bytes of printable, non-space ASCII. Two attempts with the same
+/// owner but different operation ids do not inherit each other's lease.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct OperationId(String);
+
+impl OperationId {
+    /// Validates `id`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidOperationId`] if `id` is empty, longer than
+    /// [`MAX_OPERATION_ID_LEN`] bytes, or contains anything but ASCII `!`..=`~`.
+    pub fn new(id: impl Into<String>) -> Result<Self, Error> {
+        let id = id.into();
+        if id.is_empty() || id.len() > MAX_OPERATION_ID_LEN {
+            return Err(Error::new(
+                ErrorKind::InvalidOperationId,
+                format!(
+                    "must be 1 to {MAX_OPERATION_ID_LEN} bytes, got {} bytes",
+                    id.len()
+                ),
+            ));
+        }
+        if let Some(bad) = id.bytes().position(|b| !b.is_ascii_graphic()) {
+            return Err(Error::new(
+                ErrorKind::InvalidOperationId,
+                format!("byte {bad} is not printable non-space ASCII"),
+            ));
+        }
+        Ok(Self(id))
+    }
+
+    /// Returns the id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for OperationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("OperationId").field(&self.0).finish()
+    }
+}
+
+impl fmt::Display for OperationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A secret owner token: 24 bytes from the OS CSPRNG, Base64URL without padding.
+///
+/// Whoever knows the token can renew or release the lease, so it is never printed: `Debug`
+/// shows only its [`HolderFingerprint`] and there is no `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OwnerToken(String);
+
+impl OwnerToken {
+    fn generate() -> Result<Self, Error> {
+        let mut bytes = [0u8; OWNER_TOKEN_BYTES];
+        getrandom::fill(&mut bytes).map_err(|e| {
+            Error::new(
+                ErrorKind::Entropy,
+                format!("OS random number generator failed: {e}"),
+            )
+        })?;
+        Ok(Self(URL_SAFE_NO_PAD.encode(bytes)))
+    }
+
+    /// Returns the token text, for a provider to send to its server. Never log it.
+    pub fn expose_secret(&self) -> &str {
+        &self.0
+    }
+
+    /// Returns the public fingerprint of this token.
+    pub fn fingerprint(&self) -> HolderFingerprint {
+        HolderFingerprint::of_token(&self.0)
+    }
+}
+
+impl fmt::Debug for OwnerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OwnerToken({})", self.fingerprint())
+    }
+}
+
+/// A short public fingerprint of an owner token: the first 16 lowercase hex digits of
+/// SHA-1 of the token text.
+///
+/// It tells holders apart in diagnostics without revealing the token (the token has 192 random
+/// bits, so the fingerprint cannot be inverted). The Lua scripts compute the same value with
+/// `redis.sha1hex`, which is why SHA-1 is used here and nowhere else.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct HolderFingerprint(String);
+
+impl HolderFingerprint {
+    /// Number of hex digits in a fingerprint.
+    pub const LEN: usize = 16;
+
+    fn of_token(token: &str) -> Self {
+        let digest = Sha1::digest(token.as_bytes());
+        let mut hex = to_hex(&digest);
+        hex.truncate(Self::LEN);
+        Self(hex)
+    }
+
+    /// Parses a fingerprint sent back by a provider; `None` unless it is exactly
+    /// [`Self::LEN`] lowercase hex digits.
+    pub fn parse(text: &str) -> Option<Self> {
+        (text.len() == Self::LEN && is_lower_hex(text)).then(|| Self(text.to_owned()))
+    }
+
+    /// Returns the fingerprint as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for HolderFingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HolderFingerprint({})", self.0)
+    }
+}
+
+impl fmt::Display for HolderFingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One attempt at one operation: the operation id and a fresh secret owner token.
+///
+/// Make the attempt once per operation, *before* the first send, and keep it: re-sending a
+/// request with the same attempt after a lost reply is recognised by the server as a replay,
+/// not as a second acquisition. `Debug` and `Display` show the operation id and the token's
+/// fingerprint, never the token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Attempt {
+    operation: OperationId,
+    token: OwnerToken,
+}
+
+impl Attempt {
+    /// Makes a new attempt for `operation` with a token from the OS CSPRNG.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Entropy`] if the operating system cannot produce random bytes.
+    pub fn new(operation: OperationId) -> Result<Self, Error> {
+        Ok(Self {
+            operation,
+            token: OwnerToken::generate()?,
+        })
+    }
+
+    /// Returns the operation this attempt belongs to.
+    pub fn operation(&self) -> &OperationId {
+        &self.operation
+    }
+
+    /// Returns the secret owner token.
+    pub fn owner_token(&self) -> &OwnerToken {
+        &self.token
+    }
+
+    /// Returns the public fingerprint of the owner token.
+    pub fn fingerprint(&self) -> HolderFingerprint {
+        self.token.fingerprint()
+    }
+
+    /// Returns a new attempt with the same owner token and another operation id.
+    ///
+    /// The server treats it as the same owner doing a different operation, which does not
+    /// inherit the lease ([`crate::AcquireOutcome::OwnerOperationConflict`]).
+    pub fn with_operation(&self, operation: OperationId) -> Self {
+        Self {
+            operation,
+            token: self.token.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for Attempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Attempt")
+            .field("operation", &self.operation.as_str())
+            .field("owner", &self.fingerprint().as_str())
+            .finish()
+    }
+}
+
+impl fmt::Display for Attempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (owner {})", self.operation, self.fingerprint())
+    }
+}
+
+/// Why a resource is leased: `[a-z0-9._-]{1,64}`, part of the key.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Purpose(String);
+
+impl Purpose {
+    /// Validates `purpose`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidPurpose`] unless it is 1 to [`MAX_PURPOSE_LEN`] bytes of
+    /// `a-z`, `0-9`, `.`, `_` or `-`.
+    pub fn new(purpose: impl Into<String>) -> Result<Self, Error> {
+        let purpose = purpose.into();
+        let charset_ok = purpose
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+        if purpose.is_empty() || purpose.len() > MAX_PURPOSE_LEN || !charset_ok {
+            return Err(Error::new(
+                ErrorKind::InvalidPurpose,
+                format!("must match [a-z0-9._-]{{1,{MAX_PURPOSE_LEN}}}"),
+            ));
+        }
+        Ok(Self(purpose))
+    }
+
+    /// Returns the purpose as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Purpose {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Purpose").field(&self.0).finish()
+    }
+}
+
+impl fmt::Display for Purpose {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A versioned, lowercase SHA-256 digest of the caller's resource id:
+/// `sha256:<64 lowercase hex digits>`.
+///
+/// Providers only ever see the digest: raw resource ids never reach the server, which keeps
+/// them private, bounds the key length and rules out hash-tag injection. The `sha256:` prefix
+/// is the version: another scheme would use another prefix.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ResourceDigest(String);
+
+impl ResourceDigest {
+    const PREFIX: &'static str = "sha256:";
+
+    /// Hashes a raw resource id.
+    pub fn of(raw_resource_id: impl AsRef<[u8]>) -> Self {
+        let digest = Sha256::digest(raw_resource_id.as_ref());
+        Self(format!("{}{}", Self::PREFIX, to_hex(&digest)))
+    }
+
+    /// Validates a digest made elsewhere.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidResourceDigest`] unless `text` is `sha256:` followed by exactly 64
+    /// lowercase hex digits.
+    pub fn parse(text: &str) -> Result<Self, Error> {
+        match text.strip_prefix(Self::PREFIX) {
+            Some(hex) if hex.len() == 64 && is_lower_hex(hex) => Ok(Self(text.to_owned())),
+            _ => Err(Error::new(
+                ErrorKind::InvalidResourceDigest,
+                "must be `sha256:` followed by 64 lowercase hex digits",
+            )),
+        }
+    }
+
+    /// Returns the digest as text, prefix included.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ResourceDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ResourceDigest").field(&self.0).finish()
+    }
+}
+
+impl fmt::Display for ResourceDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out
+}
+
+fn is_lower_hex(text: &str) -> bool {
+    text.bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_ids_are_bounded_and_printable() {
+        assert!(OperationId::new("job-42:run/7").is_ok());
+        assert!(OperationId::new("x".repeat(MAX_OPERATION_ID_LEN)).is_ok());
+        for bad in [
+            "",
+            "has space",
+            "tab\t",
+            "é",
+            &"x".repeat(MAX_OPERATION_ID_LEN + 1),
+        ] {
+            let err = OperationId::new(bad).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidOperationId, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn purposes_use_a_small_charset() {
+        assert!(Purpose::new("billing.nightly_run-2").is_ok());
+        for bad in [
+            "",
+            "Upper",
+            "a:b",
+            "{tag}",
+            "a b",
+            &"p".repeat(MAX_PURPOSE_LEN + 1),
+        ] {
+            assert_eq!(
+                Purpose::new(bad).unwrap_err().kind(),
+                ErrorKind::InvalidPurpose,
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn digests_hash_and_parse() {
+        let d = ResourceDigest::of("orders/42");
+        assert!(d.as_str().starts_with("sha256:"));
+        assert_eq!(d.as_str().len(), 7 + 64);
+        assert_eq!(ResourceDigest::parse(d.as_str()).unwrap(), d);
+        // Known vector: SHA-256("abc").
+        assert_eq!(
+            ResourceDigest::of("abc").as_str(),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        let upper = d.as_str().to_uppercase().replace("SHA256", "sha256");
+        for bad in [
+            "",
+            "sha256:",
+            "orders/42",
+            &upper,
+            &d.as_str()[..70],
+            &format!("{}0", d.as_str()),
+            "md5:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+        ] {
+            assert_eq!(
+                ResourceDigest::parse(bad).unwrap_err().kind(),
+                ErrorKind::InvalidResourceDigest,
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn tokens_are_24_random_bytes_in_base64url() {
+        let op = OperationId::new("op").unwrap();
+        let a = Attempt::new(op.clone()).unwrap();
+        let b = Attempt::new(op).unwrap();
+        let token = a.owner_token().expose_secret();
+        assert_eq!(token.len(), 32);
+        assert!(
+            token
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        );
+        assert_eq!(
+            URL_SAFE_NO_PAD.decode(token).unwrap().len(),
+            OWNER_TOKEN_BYTES
+        );
+        assert_ne!(token, b.owner_token().expose_secret());
+    }
+
+    #[test]
+    fn tokens_never_show_in_debug_or_display() {
+        let a = Attempt::new(OperationId::new("op-1").unwrap()).unwrap();
+        let token = a.owner_token().expose_secret().to_owned();
+        for text in [
+            format!("{a:?}"),
+            format!("{a:#?}"),
+            format!("{a}"),
+            format!("{:?}", a.owner_token()),
+        ] {
+            assert!(!text.contains(&token), "{text}");
+            assert!(text.contains(a.fingerprint().as_str()), "{text}");
+        }
+    }
+
+    #[test]
+    fn fingerprint_matches_redis_sha1hex_prefix() {
+        // SHA-1("abc") = a9993e364706816aba3e25717850c26c9cd0d89d
+        assert_eq!(
+            HolderFingerprint::of_token("abc").as_str(),
+            "a9993e364706816a"
+        );
+        assert!(HolderFingerprint::parse("a9993e364706816a").is_some());
+        assert!(HolderFingerprint::parse("A9993E364706816A").is_none());
+        assert!(HolderFingerprint::parse("a9993e").is_none());
+    }
+}

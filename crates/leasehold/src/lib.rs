@@ -1,0 +1,83 @@
+//! Distributed leases with typed certainty, conservative validity and fencing tokens.
+//!
+//! `leasehold` is the provider-neutral half of a lease library: the identities, requests,
+//! outcomes and the lease handle's state machine, with no server in its dependency graph.
+//! `leasehold-redis` implements the [`LeaseBackend`] port on Redis.
+//!
+//! A *lease* is not a lock. It reduces duplicate work: while clocks and the network behave,
+//! one holder at a time does the work. A holder paused past its expiry can still wake and
+//! write after someone else was granted the lease; only the [`FenceToken`] that every grant
+//! carries, checked where the write lands ([`FenceGate`]), rejects that stale write. See
+//! [`Guarantee`] for what is and is not covered.
+//!
+//! Three rules run through the API:
+//!
+//! - **Certainty is typed.** Every call returns what is known: applied, not applied, or
+//!   unknown (`Indeterminate`, resolved by replaying or inspecting with the same [`Attempt`]).
+//! - **Validity is conservative.** Counted from a monotonic clock read before the send, capped
+//!   by the server's remaining TTL, minus a drift budget; see [`handle`].
+//! - **Bad input is refused before any I/O** with an [`Error`].
+//!
+//! ```no_run
+//! # async fn demo<B: leasehold::LeaseBackend>(client: leasehold::LeaseClient<B>) -> Result<(), leasehold::Error> {
+//! use std::time::Duration;
+//! use leasehold::{AcquireOutcome, OperationId, Purpose, ResourceDigest};
+//!
+//! let attempt = client.new_attempt(OperationId::new("nightly-2026-12-02")?)?;
+//! let request = client.request(
+//!     Purpose::new("billing")?,
+//!     ResourceDigest::of("invoice-run"),
+//!     attempt,
+//!     Duration::from_secs(30),
+//! )?;
+//! match client.try_acquire(&request).await {
+//!     AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease) => {
+//!         // Pass lease.fence() to every write the work makes.
+//!         let _ = lease.release().await;
+//!     }
+//!     AcquireOutcome::Indeterminate { .. } => { /* replay `request` to find out */ }
+//!     _ => { /* not held: contended, unavailable or overloaded */ }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//!
+//! - [`id`]: operation ids, attempts and owner tokens, purposes, resource digests;
+//! - [`request`]: lease requests and the drift budget;
+//! - [`backend`]: the provider port;
+//! - [`client`] and [`handle`]: acquire, inspect, renew, release; validity and state;
+//! - [`outcome`]: the typed outcomes;
+//! - [`fence`]: fencing tokens, guarantees and the effect-point rule;
+//! - [`clock`]: the monotonic clock seam.
+
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    rust_2018_idioms,
+    unreachable_pub
+)]
+#![forbid(unsafe_code)]
+
+pub mod backend;
+pub mod client;
+pub mod clock;
+pub mod error;
+pub mod fence;
+pub mod handle;
+pub mod id;
+pub mod outcome;
+pub mod request;
+
+pub use backend::{AcquireReply, Grant, GrantReply, LeaseBackend, ReleaseReply, RenewReply};
+pub use client::{AcquireOutcome, LeaseClient};
+pub use clock::{BootClock, Clock, ManualClock, MonotonicInstant};
+pub use error::{Error, ErrorKind};
+pub use fence::{FenceGate, FenceToken, Guarantee, StaleFence};
+pub use handle::{LeaseHandle, LeaseState};
+pub use id::{Attempt, HolderFingerprint, OperationId, OwnerToken, Purpose, ResourceDigest};
+pub use outcome::{
+    Contention, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseView, LossCause,
+    ReleaseOutcome, RenewOutcome, Unavailable, UnavailableCause,
+};
+pub use request::{DriftBudget, LeaseRequest, MAX_TTL, MAX_WAIT, MIN_TTL};

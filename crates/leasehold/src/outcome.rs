@@ -1,0 +1,279 @@
+//! Outcomes are values: what is known after a call, applied, not applied or unknown.
+//!
+//! Three kinds of certainty run through every outcome here:
+//!
+//! - **applied** (`Acquired`, `Renewed`, `Released`, …): the server answered and did it;
+//! - **not applied** (`Contended`, `Unavailable`, `Overloaded`, `Refused`, …): the server
+//!   answered that it did not, or the command was definitely never sent;
+//! - **unknown** (`Indeterminate`): the command may have been applied; only the server knows.
+//!   Resolve it by inspecting or replaying with the *same* attempt, never by guessing.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::fence::FenceToken;
+use crate::handle::LeaseState;
+use crate::id::HolderFingerprint;
+
+/// Why a command was definitely not applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UnavailableCause {
+    /// The server refused the connection.
+    ConnectionRefused,
+    /// No connection could be made within the connect timeout; nothing was sent.
+    ConnectTimeout,
+    /// There was no usable connection and the command was not sent.
+    NotConnected,
+    /// The node is a read-only replica (`READONLY`).
+    ReadOnly,
+    /// The server is loading its dataset (`LOADING`).
+    Loading,
+    /// The server is busy running a script (`BUSY`).
+    Busy,
+    /// The master is down or the replica link is broken (`MASTERDOWN`).
+    MasterDown,
+    /// The credentials lack permission for the command (`NOPERM`, `NOAUTH`, `WRONGPASS`).
+    NoPermission,
+    /// The server is out of memory for writes (`OOM`).
+    OutOfMemory,
+    /// The server refuses writes: failed persistence (`MISCONF`) or too few replicas
+    /// (`NOREPLICAS`).
+    WritesRefused,
+    /// The cluster cannot serve the key's slot now (`CLUSTERDOWN`, `TRYAGAIN`).
+    ClusterDown,
+    /// The script was missing even after it was loaded again (`NOSCRIPT` twice).
+    ScriptMissing,
+}
+
+/// A command that was definitely not applied, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Unavailable {
+    /// Why it was not applied.
+    pub cause: UnavailableCause,
+    /// What the client library or server said, for diagnostics. Never holds a token.
+    pub detail: String,
+}
+
+impl Unavailable {
+    /// Makes an `Unavailable`.
+    pub fn new(cause: UnavailableCause, detail: impl Into<String>) -> Self {
+        Self {
+            cause,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "not applied ({:?}): {}", self.cause, self.detail)
+    }
+}
+
+/// Why the outcome of a command is unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum IndeterminateCause {
+    /// The command was sent and no reply came within the command timeout.
+    ResponseTimeout,
+    /// The connection broke after the command may have been sent.
+    ConnectionLost,
+    /// The server replied with something this client cannot read.
+    UnexpectedReply,
+    /// The server replied with an error raised while the command may have run.
+    ServerError,
+}
+
+/// A command whose outcome is unknown: it may or may not have been applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Indeterminate {
+    /// Why the outcome is unknown.
+    pub cause: IndeterminateCause,
+    /// What the client library or server said, for diagnostics. Never holds a token.
+    pub detail: String,
+}
+
+impl Indeterminate {
+    /// Makes an `Indeterminate`.
+    pub fn new(cause: IndeterminateCause, detail: impl Into<String>) -> Self {
+        Self {
+            cause,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl fmt::Display for Indeterminate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "outcome unknown ({:?}): {}", self.cause, self.detail)
+    }
+}
+
+/// How a command failed to give a definite answer of its own; shared by every operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failure {
+    /// Sent, outcome unknown.
+    Indeterminate(Indeterminate),
+    /// Definitely not applied.
+    Unavailable(Unavailable),
+    /// Refused locally: the provider's in-flight limit was reached; nothing was sent.
+    Overloaded,
+}
+
+/// Someone else holds the lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Contention {
+    /// When to try again: the holder's remaining PTTL, or the configured fallback when the
+    /// server reported none.
+    pub retry_after: Duration,
+    /// The holder's fingerprint, when the server could tell.
+    pub holder: Option<HolderFingerprint>,
+    /// The holder's fencing token, when the server could tell.
+    pub fence: Option<FenceToken>,
+}
+
+impl Contention {
+    /// Makes a `Contention`.
+    pub fn new(
+        retry_after: Duration,
+        holder: Option<HolderFingerprint>,
+        fence: Option<FenceToken>,
+    ) -> Self {
+        Self {
+            retry_after,
+            holder,
+            fence,
+        }
+    }
+}
+
+/// Why a lease is no longer held, according to the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossCause {
+    /// The key was absent: the lease expired or was deleted.
+    Absent,
+    /// Another owner, operation or grant holds the key.
+    OtherHolder,
+}
+
+/// The outcome of renewing a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+#[must_use = "a renewal may have failed or be indeterminate; check the outcome"]
+pub enum RenewOutcome {
+    /// The server confirmed this exact grant and extended it; `remaining` is the handle's
+    /// validity now.
+    Renewed {
+        /// The handle's remaining validity after the renewal.
+        remaining: Duration,
+    },
+    /// The server no longer holds this grant; the handle is [`LeaseState::Lost`].
+    Lost(LossCause),
+    /// Sent, outcome unknown; the handle is [`LeaseState::Unknown`] and keeps only the
+    /// validity proven before.
+    Indeterminate(Indeterminate),
+    /// Definitely not applied; the handle's state is unchanged.
+    Unavailable(Unavailable),
+    /// Refused locally (in-flight limit); nothing was sent; the state is unchanged.
+    Overloaded,
+    /// Not sent: the handle is in a terminal state (`Lost` or `Released`).
+    Refused {
+        /// The state that refused it.
+        state: LeaseState,
+    },
+}
+
+impl RenewOutcome {
+    /// Returns true if and only if the server confirmed the renewal.
+    pub fn is_renewed(&self) -> bool {
+        matches!(self, RenewOutcome::Renewed { .. })
+    }
+}
+
+/// The outcome of releasing a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+#[must_use = "a release may not have been applied; check the outcome"]
+pub enum ReleaseOutcome {
+    /// This grant held the key and the server deleted it.
+    Released,
+    /// The key was already gone (expired); nothing was deleted.
+    AlreadyGone,
+    /// Another holder has the key; it was left alone and the handle is `Lost`.
+    NotOwner,
+    /// Sent, outcome unknown: the key may or may not have been deleted. The handle is
+    /// `Unknown` with no remaining validity.
+    Indeterminate(Indeterminate),
+    /// Definitely not applied; the handle's state is unchanged.
+    Unavailable(Unavailable),
+    /// Refused locally (in-flight limit); nothing was sent; the state is unchanged.
+    Overloaded,
+    /// Not sent: the handle is in a terminal state (`Lost` or `Released`).
+    Refused {
+        /// The state that refused it.
+        state: LeaseState,
+    },
+}
+
+/// What the server holds for a resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseView {
+    /// The holder's fencing token, if the stored value carries one.
+    pub fence: Option<FenceToken>,
+    /// The key's remaining time to live on the server (`PTTL`), if it has one.
+    pub server_ttl: Option<Duration>,
+    /// The holder's fingerprint, if the stored value carries one.
+    pub holder: Option<HolderFingerprint>,
+}
+
+impl LeaseView {
+    /// Makes a `LeaseView`.
+    pub fn new(
+        fence: Option<FenceToken>,
+        server_ttl: Option<Duration>,
+        holder: Option<HolderFingerprint>,
+    ) -> Self {
+        Self {
+            fence,
+            server_ttl,
+            holder,
+        }
+    }
+}
+
+/// The outcome of inspecting a lease. Inspection is read-only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+#[must_use]
+pub enum InspectOutcome {
+    /// No one holds the lease.
+    Free,
+    /// The inspecting attempt (same owner token and operation) holds the lease: a replay of
+    /// its acquire will return its handle.
+    HeldByThisAttempt(LeaseView),
+    /// Someone else holds the lease (or the inspection named no attempt).
+    HeldByOther(LeaseView),
+    /// Sent, reply unknown.
+    Indeterminate(Indeterminate),
+    /// Definitely not done.
+    Unavailable(Unavailable),
+    /// Refused locally (in-flight limit).
+    Overloaded,
+}
+
+impl From<Failure> for InspectOutcome {
+    fn from(failure: Failure) -> Self {
+        match failure {
+            Failure::Indeterminate(i) => InspectOutcome::Indeterminate(i),
+            Failure::Unavailable(u) => InspectOutcome::Unavailable(u),
+            Failure::Overloaded => InspectOutcome::Overloaded,
+        }
+    }
+}
