@@ -20,7 +20,10 @@ pub const INSTALL_HINT: &str = "redis-server not found (looked for $LEASEHOLD_RE
     then `redis-server` on PATH). Install it: sudo apt-get install -y redis-server  \
     (or set LEASEHOLD_REDIS_SERVER=/path/to/redis-server)";
 
-/// Finds the binary from an explicit override and a `PATH` value.
+/// Where redis-server is looked for when it is not on `PATH`.
+pub const FALLBACK_LOCATIONS: &[&str] = &["/usr/bin/redis-server", "/usr/local/bin/redis-server"];
+
+/// Finds the binary from an explicit override, a `PATH` value, then `fallbacks`.
 ///
 /// # Errors
 ///
@@ -28,6 +31,7 @@ pub const INSTALL_HINT: &str = "redis-server not found (looked for $LEASEHOLD_RE
 pub fn resolve_binary(
     override_path: Option<OsString>,
     path_var: Option<OsString>,
+    fallbacks: &[&str],
 ) -> Result<PathBuf, String> {
     if let Some(path) = override_path {
         let path = PathBuf::from(path);
@@ -44,9 +48,8 @@ pub fn resolve_binary(
         .iter()
         .flat_map(std::env::split_paths)
         .map(|dir| dir.join("redis-server"));
-    let fallbacks = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].map(PathBuf::from);
     from_path
-        .chain(fallbacks)
+        .chain(fallbacks.iter().map(PathBuf::from))
         .find(|candidate| candidate.is_file())
         .ok_or_else(|| INSTALL_HINT.to_owned())
 }
@@ -60,6 +63,7 @@ pub fn redis_server_binary() -> PathBuf {
     resolve_binary(
         std::env::var_os("LEASEHOLD_REDIS_SERVER"),
         std::env::var_os("PATH"),
+        FALLBACK_LOCATIONS,
     )
     .unwrap_or_else(|message| panic!("{message}"))
 }

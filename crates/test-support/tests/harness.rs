@@ -1,0 +1,88 @@
+//! The harness itself: servers start, pause, die and restart as the tests rely on.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use test_support::{FALLBACK_LOCATIONS, INSTALL_HINT, RedisServer, Reply, resolve_binary};
+
+#[test]
+fn a_started_server_answers_and_keeps_data() {
+    let server = RedisServer::start();
+    assert_eq!(server.cmd(&["PING"]), Reply::Status("PONG".into()));
+    assert_eq!(server.cmd(&["SET", "k", "v"]), Reply::Status("OK".into()));
+    assert_eq!(server.cmd(&["GET", "k"]).as_string(), Some("v".into()));
+    assert_eq!(server.keys(), vec!["k".to_owned()]);
+    assert!(server.commandstats().get("get").is_some_and(|&n| n >= 1));
+    assert!(server.dir().is_dir());
+}
+
+#[test]
+fn parallel_servers_get_their_own_ports() {
+    let a = RedisServer::start();
+    let b = RedisServer::start();
+    assert_ne!(a.port(), b.port());
+    a.cmd(&["SET", "only-in-a", "1"]);
+    assert!(b.keys().is_empty());
+}
+
+#[test]
+fn a_paused_server_does_not_reply_until_resumed() {
+    let server = RedisServer::start();
+    let paused = server.pause();
+    let mut stream = TcpStream::connect(server.addr()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    stream.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+    let mut buf = [0u8; 16];
+    let err = stream.read(&mut buf).expect_err("a stopped server replied");
+    assert!(matches!(
+        err.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    ));
+    paused.resume();
+    // The queued PING is answered once the process runs again.
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let n = stream.read(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"+PONG\r\n");
+}
+
+#[test]
+fn a_killed_server_refuses_and_a_restarted_one_starts_empty() {
+    let mut server = RedisServer::start();
+    let port = server.port();
+    server.cmd(&["SET", "k", "v"]);
+    server.kill();
+    let err = TcpStream::connect(server.addr()).expect_err("a killed server accepted");
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
+    server.kill(); // idempotent
+    server.restart();
+    assert_eq!(server.port(), port);
+    assert_eq!(server.cmd(&["PING"]), Reply::Status("PONG".into()));
+    assert!(server.keys().is_empty());
+}
+
+#[test]
+fn a_missing_binary_fails_with_an_install_hint() {
+    let missing = Some(OsString::from("/nonexistent/redis-server"));
+    let err = resolve_binary(missing, None, FALLBACK_LOCATIONS).unwrap_err();
+    assert!(err.contains("apt-get install"), "{err}");
+    assert!(err.contains("LEASEHOLD_REDIS_SERVER"), "{err}");
+    let err = resolve_binary(None, Some(OsString::from("/nonexistent-dir")), &[]).unwrap_err();
+    assert_eq!(err, INSTALL_HINT);
+}
+
+#[test]
+fn the_binary_is_found_on_path_or_by_override() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("redis-server");
+    std::fs::write(&fake, "").unwrap();
+    let found = resolve_binary(None, Some(dir.path().as_os_str().to_owned()), &[]).unwrap();
+    assert_eq!(found, fake);
+    let found = resolve_binary(Some(fake.clone().into_os_string()), None, &[]).unwrap();
+    assert_eq!(found, fake);
+}
