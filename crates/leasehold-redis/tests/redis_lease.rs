@@ -367,3 +367,25 @@ async fn no_raw_resource_id_reaches_any_key() {
         let _ = lease.release().await;
     }
 }
+
+/// Found by the simulation: every handle of one grant shares one state.
+#[tokio::test]
+async fn a_replayed_handle_shares_state_with_the_first() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let req = request(&client, "orders/shared", "op-a", TTL);
+    let first = client.try_acquire(&req).await.into_handle().expect("held");
+    let replay = match client.try_acquire(&req).await {
+        AcquireOutcome::Replayed(h) => h,
+        other => panic!("expected Replayed, got {other:?}"),
+    };
+    assert_eq!(replay.release().await, ReleaseOutcome::Released);
+    assert_eq!(first.state(), LeaseState::Released);
+    assert_eq!(first.remaining_validity(), Duration::ZERO);
+    assert_eq!(
+        first.renew().await,
+        RenewOutcome::Refused {
+            state: LeaseState::Released
+        }
+    );
+}

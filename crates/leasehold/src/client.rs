@@ -1,13 +1,14 @@
 //! The lease client: attempts, requests, acquire and inspect over any backend.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use crate::backend::{AcquireReply, LeaseBackend};
 use crate::clock::{BootClock, Clock};
 use crate::error::Error;
-use crate::handle::LeaseHandle;
+use crate::handle::{LeaseHandle, Shared};
 use crate::id::{Attempt, OperationId, Purpose, ResourceDigest};
 use crate::outcome::{Contention, Failure, Indeterminate, InspectOutcome, Unavailable};
 use crate::request::{DriftBudget, LeaseRequest};
@@ -98,6 +99,36 @@ pub struct LeaseClient<B: LeaseBackend> {
     backend: Arc<B>,
     clock: Arc<dyn Clock>,
     drift: DriftBudget,
+    live: Arc<Mutex<LiveGrants<B>>>,
+}
+
+/// The grants this client holds handles for, so that a replay of one of them returns a handle
+/// on the same state instead of a second, independent one (which would not learn of the first
+/// one's release). Keyed by the exact grant; the key holds the owner token and is never printed.
+struct LiveGrants<B: LeaseBackend> {
+    by_grant: HashMap<String, Weak<Shared<B>>>,
+    sweep_at: usize,
+}
+
+fn grant_key(request: &LeaseRequest, fence: crate::FenceToken) -> String {
+    format!(
+        "{}\0{}\0{}\0{}\0{}",
+        request.purpose(),
+        request.resource(),
+        request.attempt().owner_token().expose_secret(),
+        request.attempt().operation(),
+        fence
+    )
+}
+
+impl<B: LeaseBackend> LiveGrants<B> {
+    fn register(&mut self, key: String, handle: &LeaseHandle<B>) {
+        self.by_grant.insert(key, handle.downgrade());
+        if self.by_grant.len() >= self.sweep_at {
+            self.by_grant.retain(|_, weak| weak.strong_count() > 0);
+            self.sweep_at = (self.by_grant.len() * 2).max(64);
+        }
+    }
 }
 
 impl<B: LeaseBackend> Clone for LeaseClient<B> {
@@ -106,6 +137,7 @@ impl<B: LeaseBackend> Clone for LeaseClient<B> {
             backend: Arc::clone(&self.backend),
             clock: Arc::clone(&self.clock),
             drift: self.drift,
+            live: Arc::clone(&self.live),
         }
     }
 }
@@ -126,6 +158,10 @@ impl<B: LeaseBackend> LeaseClient<B> {
             backend: Arc::new(backend),
             clock: Arc::new(BootClock),
             drift: DriftBudget::default(),
+            live: Arc::new(Mutex::new(LiveGrants {
+                by_grant: HashMap::new(),
+                sweep_at: 64,
+            })),
         }
     }
 
@@ -196,14 +232,23 @@ impl<B: LeaseBackend> LeaseClient<B> {
         // any local queueing are deducted from the lease, never added to it.
         let sent_at = self.clock.now();
         let reply = self.backend.acquire(request).await;
-        let handle = |reply| {
-            LeaseHandle::new(
+        let handle = |reply: crate::GrantReply| {
+            let key = grant_key(request, reply.fence);
+            let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(existing) = live.by_grant.get(&key).and_then(LeaseHandle::upgrade) {
+                // The same grant again (a replay): one state for every handle of it.
+                existing.confirm(reply.server_ttl, sent_at);
+                return existing;
+            }
+            let handle = LeaseHandle::new(
                 Arc::clone(&self.backend),
                 Arc::clone(&self.clock),
                 request,
                 reply,
                 sent_at,
-            )
+            );
+            live.register(key, &handle);
+            handle
         };
         match reply {
             AcquireReply::Granted(grant) => AcquireOutcome::Acquired(handle(grant)),

@@ -19,6 +19,9 @@ use crate::id::HolderFingerprint;
 pub struct FenceToken(u64);
 
 impl FenceToken {
+    /// The smallest token, which the first grant on a resource carries.
+    pub const MIN: Self = Self(1);
+
     /// Makes a token; `None` for zero, which no grant ever carries.
     pub const fn new(value: u64) -> Option<Self> {
         if value == 0 { None } else { Some(Self(value)) }

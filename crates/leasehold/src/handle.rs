@@ -83,6 +83,12 @@ impl LeaseState {
 /// outcome.
 #[must_use = "dropping a lease handle leaves the lease held on the server until its TTL runs out; call `release().await` and check its outcome"]
 pub struct LeaseHandle<B: LeaseBackend> {
+    shared: Arc<Shared<B>>,
+}
+
+/// What every handle of one grant shares: a replay of a grant this client already holds a
+/// handle for returns a handle on the *same* state, so that releasing either is seen by both.
+pub(crate) struct Shared<B: LeaseBackend> {
     backend: Arc<B>,
     clock: Arc<dyn Clock>,
     grant: Grant,
@@ -123,6 +129,30 @@ impl Core {
     }
 }
 
+impl<B: LeaseBackend> Shared<B> {
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        // The critical sections never panic, but a poisoned lock must not take the handle
+        // down with it: the state inside is always consistent between statements.
+        self.core.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Merges a replay's confirmation: the server holds exactly this grant, with `server_ttl`
+    /// left, as of before `sent_at`.
+    pub(crate) fn confirm(&self, server_ttl: Duration, sent_at: MonotonicInstant) {
+        let (valid_until, server_expiry) =
+            validity_window(self.grant.ttl(), self.drift, sent_at, server_ttl);
+        let now = self.clock.now();
+        let mut core = self.lock();
+        core.observe(now);
+        if !core.state.is_terminal() && !core.release_started {
+            core.valid_until = core.valid_until.max(valid_until);
+            core.server_expiry = core.server_expiry.max(server_expiry);
+            core.state = LeaseState::Active;
+            core.observe(now);
+        }
+    }
+}
+
 impl<B: LeaseBackend> LeaseHandle<B> {
     pub(crate) fn new(
         backend: Arc<B>,
@@ -143,24 +173,32 @@ impl<B: LeaseBackend> LeaseHandle<B> {
         };
         core.observe(clock.now());
         Self {
-            backend,
-            clock,
-            grant,
-            drift,
-            core: Mutex::new(core),
+            shared: Arc::new(Shared {
+                backend,
+                clock,
+                grant,
+                drift,
+                core: Mutex::new(core),
+            }),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Core> {
-        // The critical sections never panic, but a poisoned lock must not take the handle
-        // down with it: the state inside is always consistent between statements.
-        self.core.lock().unwrap_or_else(PoisonError::into_inner)
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<Shared<B>> {
+        Arc::downgrade(&self.shared)
+    }
+
+    pub(crate) fn upgrade(weak: &std::sync::Weak<Shared<B>>) -> Option<Self> {
+        weak.upgrade().map(|shared| Self { shared })
+    }
+
+    pub(crate) fn confirm(&self, server_ttl: Duration, sent_at: MonotonicInstant) {
+        self.shared.confirm(server_ttl, sent_at);
     }
 
     /// Returns the handle's state, recording `Expired` if the validity ran out.
     pub fn state(&self) -> LeaseState {
-        let now = self.clock.now();
-        let mut core = self.lock();
+        let now = self.shared.clock.now();
+        let mut core = self.shared.lock();
         core.observe(now);
         core.state
     }
@@ -168,8 +206,8 @@ impl<B: LeaseBackend> LeaseHandle<B> {
     /// Returns how much longer the handle can vouch for the lease; zero once it is expired,
     /// lost or released.
     pub fn remaining_validity(&self) -> Duration {
-        let now = self.clock.now();
-        let mut core = self.lock();
+        let now = self.shared.clock.now();
+        let mut core = self.shared.lock();
         core.observe(now);
         core.remaining(now)
     }
@@ -181,54 +219,54 @@ impl<B: LeaseBackend> LeaseHandle<B> {
 
     /// Returns the instant at which the local validity ends.
     pub fn valid_until(&self) -> MonotonicInstant {
-        self.lock().valid_until
+        self.shared.lock().valid_until
     }
 
     /// Returns the earliest instant at which the server's key may expire, from the PTTL in the
     /// last confirming reply (grant, replay or renewal), counted from before that command was
     /// sent. Drift is not deducted; see [`valid_until`](Self::valid_until) for that.
     pub fn observed_server_expiry(&self) -> MonotonicInstant {
-        self.lock().server_expiry
+        self.shared.lock().server_expiry
     }
 
     /// Returns the grant's fencing token.
     pub fn fence(&self) -> FenceToken {
-        self.grant.fence()
+        self.shared.grant.fence()
     }
 
     /// Returns what this lease promises; see [`Guarantee`].
     pub fn guarantee(&self) -> Guarantee {
-        Guarantee::Fenced(self.grant.fence())
+        Guarantee::Fenced(self.shared.grant.fence())
     }
 
     /// Returns the TTL every renewal asks for.
     pub fn ttl(&self) -> Duration {
-        self.grant.ttl()
+        self.shared.grant.ttl()
     }
 
     /// Returns the drift deducted from every validity this handle is granted.
     pub fn drift(&self) -> Duration {
-        self.drift
+        self.shared.drift
     }
 
     /// Returns the purpose.
     pub fn purpose(&self) -> &Purpose {
-        self.grant.purpose()
+        self.shared.grant.purpose()
     }
 
     /// Returns the resource digest.
     pub fn resource(&self) -> &ResourceDigest {
-        self.grant.resource()
+        self.shared.grant.resource()
     }
 
     /// Returns the attempt holding the lease.
     pub fn attempt(&self) -> &Attempt {
-        self.grant.attempt()
+        self.shared.grant.attempt()
     }
 
     /// Returns the grant as the backend sees it.
     pub fn grant(&self) -> &Grant {
-        &self.grant
+        &self.shared.grant
     }
 
     /// Renews the lease for its TTL, if the server still holds exactly this grant.
@@ -242,22 +280,26 @@ impl<B: LeaseBackend> LeaseHandle<B> {
     /// the handle then keeps its earlier (shorter) validity, which is safe.
     pub async fn renew(&self) -> RenewOutcome {
         // Read before sending: validity from this renewal is counted from here.
-        let sent_at = self.clock.now();
+        let sent_at = self.shared.clock.now();
         {
-            let mut core = self.lock();
+            let mut core = self.shared.lock();
             core.observe(sent_at);
             if core.state.is_terminal() || core.release_started {
                 return RenewOutcome::Refused { state: core.state };
             }
         }
-        let reply = self.backend.renew(&self.grant).await;
-        let now = self.clock.now();
-        let mut core = self.lock();
+        let reply = self.shared.backend.renew(&self.shared.grant).await;
+        let now = self.shared.clock.now();
+        let mut core = self.shared.lock();
         core.observe(now);
         match reply {
             RenewReply::Renewed { server_ttl } => {
-                let (valid_until, server_expiry) =
-                    validity_window(self.grant.ttl(), self.drift, sent_at, server_ttl);
+                let (valid_until, server_expiry) = validity_window(
+                    self.shared.grant.ttl(),
+                    self.shared.drift,
+                    sent_at,
+                    server_ttl,
+                );
                 if !core.state.is_terminal() {
                     // Concurrent renewals may confirm out of order; each one proves its own
                     // window, so the latest window wins.
@@ -296,18 +338,18 @@ impl<B: LeaseBackend> LeaseHandle<B> {
     /// Dropping the future may leave the key deleted or not; the handle then refuses renewals
     /// but keeps its state, and the key expires with its TTL at the latest.
     pub async fn release(&self) -> ReleaseOutcome {
-        let sent_at = self.clock.now();
+        let sent_at = self.shared.clock.now();
         {
-            let mut core = self.lock();
+            let mut core = self.shared.lock();
             core.observe(sent_at);
             if core.state.is_terminal() {
                 return ReleaseOutcome::Refused { state: core.state };
             }
             core.release_started = true;
         }
-        let reply = self.backend.release(&self.grant).await;
-        let now = self.clock.now();
-        let mut core = self.lock();
+        let reply = self.shared.backend.release(&self.shared.grant).await;
+        let now = self.shared.clock.now();
+        let mut core = self.shared.lock();
         core.observe(now);
         match reply {
             ReleaseReply::Released => {
@@ -349,12 +391,12 @@ fn validity_window(
 
 impl<B: LeaseBackend> fmt::Debug for LeaseHandle<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let core = self.lock();
+        let core = self.shared.lock();
         f.debug_struct("LeaseHandle")
-            .field("purpose", self.grant.purpose())
-            .field("resource", self.grant.resource())
-            .field("attempt", self.grant.attempt())
-            .field("fence", &self.grant.fence())
+            .field("purpose", self.shared.grant.purpose())
+            .field("resource", self.shared.grant.resource())
+            .field("attempt", self.shared.grant.attempt())
+            .field("fence", &self.shared.grant.fence())
             .field("state", &core.state)
             .field("valid_until", &core.valid_until)
             .finish()

@@ -310,6 +310,12 @@ impl fmt::Display for ResourceDigest {
     }
 }
 
+/// The fingerprint of a raw token text (for providers that store tokens, like the simulator).
+#[cfg_attr(not(feature = "test-util"), allow(dead_code))]
+pub(crate) fn fingerprint_of_token(token: &str) -> HolderFingerprint {
+    HolderFingerprint::of_token(token)
+}
+
 fn to_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);

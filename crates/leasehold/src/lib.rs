@@ -49,7 +49,8 @@
 //! - [`client`] and [`handle`]: acquire, inspect, renew, release; validity and state;
 //! - [`outcome`]: the typed outcomes;
 //! - [`fence`]: fencing tokens, guarantees and the effect-point rule;
-//! - [`clock`]: the monotonic clock seam.
+//! - [`clock`]: the monotonic clock seam;
+//! - `sim` (feature `test-util`): a simulated server and backend with injectable faults.
 
 #![warn(
     missing_docs,
@@ -68,6 +69,8 @@ pub mod handle;
 pub mod id;
 pub mod outcome;
 pub mod request;
+#[cfg(feature = "test-util")]
+pub mod sim;
 
 pub use backend::{AcquireReply, Grant, GrantReply, LeaseBackend, ReleaseReply, RenewReply};
 pub use client::{AcquireOutcome, LeaseClient};

@@ -7,6 +7,8 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod scenario;
+
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};

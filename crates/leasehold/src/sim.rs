@@ -1,0 +1,587 @@
+//! A simulated lease server and backend, for deterministic tests (feature `test-util`).
+//!
+//! [`SimServer`] keeps leases and fence counters in memory with exactly the semantics of the
+//! Redis scripts (`leasehold-redis/lua/*.lua`): the same replies, the same fences, PTTLs in
+//! whole milliseconds and Redis's expiry rule (a key is gone once the server's clock is *past*
+//! its expiry). Time is virtual: one [`ManualClock`] is the world's clock, which clients read
+//! for validity; the server's own clock is the world's plus an offset that tests can step.
+//!
+//! [`SimBackend`] is one client's connection to the server, with faults injected into its next
+//! call: a request lost before it is applied, a reply lost after, a request or reply delayed,
+//! or a request that arrives *after* the client gave up on it. Server-wide faults — clock steps,
+//! a restart without persistence, a failover that loses the last writes — are methods of
+//! [`SimServer`].
+//!
+//! Every future here completes on its first poll: nothing waits for real time.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::backend::{AcquireReply, Grant, GrantReply, LeaseBackend, ReleaseReply, RenewReply};
+use crate::clock::{Clock, ManualClock};
+use crate::fence::FenceToken;
+use crate::id::{Attempt, HolderFingerprint, Purpose, ResourceDigest};
+use crate::outcome::{
+    Contention, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseView, LossCause,
+};
+use crate::request::LeaseRequest;
+
+/// How many pre-write snapshots a server keeps for lossy failovers.
+const HISTORY: usize = 32;
+
+/// What the server stores for a lease: `"<fence>:<token>:<operation>"` and its expiry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stored {
+    fence: u64,
+    token: String,
+    operation: String,
+    expires_at_ms: i64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Data {
+    leases: BTreeMap<String, Stored>,
+    fences: BTreeMap<String, u64>,
+}
+
+/// One write that was sent but will be applied later (a late request).
+#[derive(Debug, Clone)]
+struct Pending {
+    apply_at_ms: i64,
+    op: WireOp,
+}
+
+/// A request as the server receives it.
+#[derive(Debug, Clone)]
+enum WireOp {
+    Acquire {
+        key: String,
+        token: String,
+        operation: String,
+        ttl_ms: i64,
+    },
+    Renew {
+        key: String,
+        exact: (u64, String, String),
+        ttl_ms: i64,
+    },
+    Release {
+        key: String,
+        exact: (u64, String, String),
+    },
+}
+
+#[derive(Debug)]
+struct ServerState {
+    offset_ms: i64,
+    data: Data,
+    history: VecDeque<Data>,
+    pending: Vec<Pending>,
+    lineage: u64,
+    /// Renewals and releases that succeeded for a requester other than the stored holder.
+    non_owner_successes: Vec<String>,
+}
+
+/// The grant a simulated server holds for a resource right now, for test oracles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredGrant {
+    /// The grant's fence.
+    pub fence: FenceToken,
+    /// The holder's fingerprint.
+    pub holder: HolderFingerprint,
+    /// The holder's operation id.
+    pub operation: String,
+    /// The key's remaining time to live, by the server's clock.
+    pub server_ttl: Duration,
+}
+
+/// An in-memory lease server with a virtual clock. Clones share the server.
+#[derive(Debug, Clone)]
+pub struct SimServer {
+    clock: ManualClock,
+    state: Arc<Mutex<ServerState>>,
+    retry_after_fallback: Duration,
+}
+
+fn key_of(purpose: &Purpose, resource: &ResourceDigest) -> String {
+    format!("{purpose}:{{{resource}}}")
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn duration_ms(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+fn fingerprint(token: &str) -> HolderFingerprint {
+    crate::id::fingerprint_of_token(token)
+}
+
+impl ServerState {
+    /// Removes `key` if it expired: Redis treats a key as gone once `now > expiry`.
+    fn live(&mut self, key: &str, now: i64) -> Option<Stored> {
+        match self.data.leases.get(key) {
+            Some(stored) if now > stored.expires_at_ms => {
+                self.data.leases.remove(key);
+                None
+            }
+            other => other.cloned(),
+        }
+    }
+
+    /// Records a success for anyone but the exact stored grant (invariant I1's oracle).
+    fn audit(&mut self, what: &str, stored: &Stored, requester: &(u64, String, String)) {
+        if (stored.fence, &stored.token, &stored.operation)
+            != (requester.0, &requester.1, &requester.2)
+        {
+            self.non_owner_successes.push(format!(
+                "{what} succeeded for fence {} while fence {} was stored",
+                requester.0, stored.fence
+            ));
+        }
+    }
+
+    fn before_write(&mut self) {
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(self.data.clone());
+    }
+
+    fn apply(&mut self, op: &WireOp, now: i64, fallback: Duration) -> Applied {
+        match op {
+            WireOp::Acquire {
+                key,
+                token,
+                operation,
+                ttl_ms,
+            } => match self.live(key, now) {
+                None => {
+                    self.before_write();
+                    let fence = self.data.fences.entry(format!("{key}:fence")).or_insert(0);
+                    *fence += 1;
+                    let fence = *fence;
+                    self.data.leases.insert(
+                        key.clone(),
+                        Stored {
+                            fence,
+                            token: token.clone(),
+                            operation: operation.clone(),
+                            expires_at_ms: now + ttl_ms,
+                        },
+                    );
+                    Applied::Acquire(AcquireReply::Granted(GrantReply::new(
+                        FenceToken::new(fence).unwrap_or(FenceToken::MIN),
+                        duration_ms(*ttl_ms),
+                    )))
+                }
+                Some(stored) => {
+                    let pttl = stored.expires_at_ms - now;
+                    let fence = FenceToken::new(stored.fence).unwrap_or(FenceToken::MIN);
+                    let contention = Contention::new(
+                        if pttl > 0 {
+                            duration_ms(pttl)
+                        } else {
+                            fallback
+                        },
+                        Some(fingerprint(&stored.token)),
+                        Some(fence),
+                    );
+                    Applied::Acquire(if stored.token == *token {
+                        if stored.operation == *operation {
+                            AcquireReply::Replayed(GrantReply::new(fence, duration_ms(pttl)))
+                        } else {
+                            AcquireReply::OwnerOperationConflict(contention)
+                        }
+                    } else {
+                        AcquireReply::Contended(contention)
+                    })
+                }
+            },
+            WireOp::Renew { key, exact, ttl_ms } => match self.live(key, now) {
+                None => Applied::Renew(RenewReply::Lost(LossCause::Absent)),
+                Some(stored) if !matches_exact(&stored, exact) => {
+                    Applied::Renew(RenewReply::Lost(LossCause::OtherHolder))
+                }
+                Some(stored) => {
+                    self.audit("renew", &stored, exact);
+                    self.before_write();
+                    if let Some(stored) = self.data.leases.get_mut(key) {
+                        stored.expires_at_ms = now + ttl_ms;
+                    }
+                    Applied::Renew(RenewReply::Renewed {
+                        server_ttl: duration_ms(*ttl_ms),
+                    })
+                }
+            },
+            WireOp::Release { key, exact } => match self.live(key, now) {
+                None => Applied::Release(ReleaseReply::AlreadyGone),
+                Some(stored) if !matches_exact(&stored, exact) => {
+                    Applied::Release(ReleaseReply::NotOwner)
+                }
+                Some(stored) => {
+                    self.audit("release", &stored, exact);
+                    self.before_write();
+                    self.data.leases.remove(key);
+                    Applied::Release(ReleaseReply::Released)
+                }
+            },
+        }
+    }
+}
+
+fn matches_exact(stored: &Stored, exact: &(u64, String, String)) -> bool {
+    stored.fence == exact.0 && stored.token == exact.1 && stored.operation == exact.2
+}
+
+enum Applied {
+    Acquire(AcquireReply),
+    Renew(RenewReply),
+    Release(ReleaseReply),
+}
+
+impl SimServer {
+    /// Makes an empty server on the world clock `clock`.
+    pub fn new(clock: ManualClock) -> Self {
+        Self {
+            clock,
+            state: Arc::new(Mutex::new(ServerState {
+                offset_ms: 0,
+                data: Data::default(),
+                history: VecDeque::new(),
+                pending: Vec::new(),
+                lineage: 0,
+                non_owner_successes: Vec::new(),
+            })),
+            retry_after_fallback: Duration::from_millis(50),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ServerState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Returns the world clock.
+    pub fn clock(&self) -> &ManualClock {
+        &self.clock
+    }
+
+    fn server_now(&self, state: &ServerState) -> i64 {
+        millis(self.clock.now().since_origin()) + state.offset_ms
+    }
+
+    /// Moves the world clock forward by `by`, applying late requests as their time comes.
+    pub fn advance(&self, by: Duration) {
+        let target = self.clock.now().since_origin() + by;
+        loop {
+            let next = {
+                let state = self.lock();
+                let now = self.server_now(&state);
+                state
+                    .pending
+                    .iter()
+                    .map(|p| p.apply_at_ms)
+                    .filter(|&at| at - state.offset_ms <= millis(target))
+                    .min()
+                    .map(|at| (at, at - now))
+            };
+            let Some((_, wait)) = next else { break };
+            self.clock.advance(duration_ms(wait));
+            self.apply_due();
+        }
+        let now = self.clock.now().since_origin();
+        self.clock.advance(target.saturating_sub(now));
+        self.apply_due();
+    }
+
+    fn apply_due(&self) {
+        let mut state = self.lock();
+        let now = self.server_now(&state);
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut state.pending)
+            .into_iter()
+            .partition(|p| p.apply_at_ms <= now);
+        state.pending = later;
+        for p in due {
+            // Nobody reads the reply of a request the client gave up on.
+            let _ = state.apply(&p.op, now, self.retry_after_fallback);
+        }
+    }
+
+    /// Steps the server's clock (not the world's) by `ms`, forward or back.
+    pub fn step_clock(&self, ms: i64) {
+        self.lock().offset_ms += ms;
+    }
+
+    /// Restarts the server without persistence: every lease and fence counter is gone, and
+    /// requests in flight are lost.
+    pub fn restart(&self) {
+        let mut state = self.lock();
+        state.data = Data::default();
+        state.history.clear();
+        state.pending.clear();
+        state.lineage += 1;
+    }
+
+    /// Fails over to a replica that missed the last `k` writes (lease keys and fence
+    /// increments alike). Returns how many writes were actually lost.
+    pub fn failover(&self, k: usize) -> usize {
+        let mut state = self.lock();
+        let lost = k.min(state.history.len());
+        if lost > 0 {
+            let keep = state.history.len() - lost;
+            state.data = state.history[keep].clone();
+            state.history.truncate(keep);
+            state.lineage += 1;
+        }
+        lost
+    }
+
+    /// Returns every renewal or release that succeeded for someone who was not the stored
+    /// holder (empty unless the server's semantics are broken).
+    pub fn non_owner_successes(&self) -> Vec<String> {
+        self.lock().non_owner_successes.clone()
+    }
+
+    /// Returns how many restarts and lossy failovers the server went through.
+    pub fn lineage(&self) -> u64 {
+        self.lock().lineage
+    }
+
+    /// Deletes a lease by hand (as `DEL` would), leaving its fence counter.
+    pub fn delete(&self, purpose: &Purpose, resource: &ResourceDigest) {
+        let mut state = self.lock();
+        state.before_write();
+        state.data.leases.remove(&key_of(purpose, resource));
+    }
+
+    /// Returns the grant the server holds for the resource now, if any.
+    pub fn stored(&self, purpose: &Purpose, resource: &ResourceDigest) -> Option<StoredGrant> {
+        let mut state = self.lock();
+        let now = self.server_now(&state);
+        let stored = state.live(&key_of(purpose, resource), now)?;
+        Some(StoredGrant {
+            fence: FenceToken::new(stored.fence)?,
+            holder: fingerprint(&stored.token),
+            operation: stored.operation,
+            server_ttl: duration_ms(stored.expires_at_ms - now),
+        })
+    }
+
+    /// Makes a client connection with `command_timeout` for lost requests and replies.
+    pub fn connect(&self, command_timeout: Duration) -> SimBackend {
+        SimBackend {
+            server: self.clone(),
+            command_timeout,
+            faults: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn inspect_now(&self, key: &str, attempt: Option<&Attempt>) -> InspectOutcome {
+        let mut state = self.lock();
+        let now = self.server_now(&state);
+        let Some(stored) = state.live(key, now) else {
+            return InspectOutcome::Free;
+        };
+        let pttl = stored.expires_at_ms - now;
+        let view = LeaseView::new(
+            FenceToken::new(stored.fence),
+            (pttl > 0).then(|| duration_ms(pttl)),
+            Some(fingerprint(&stored.token)),
+        );
+        let mine = attempt.is_some_and(|a| {
+            a.owner_token().expose_secret() == stored.token
+                && a.operation().as_str() == stored.operation
+        });
+        if mine {
+            InspectOutcome::HeldByThisAttempt(view)
+        } else {
+            InspectOutcome::HeldByOther(view)
+        }
+    }
+}
+
+/// A fault injected into a client's next call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fault {
+    /// The request is lost before the server applies it; the client times out.
+    LoseRequest,
+    /// The server applies the request and the reply is lost; the client times out.
+    LoseReply,
+    /// The request reaches the server after this delay (shorter than the command timeout).
+    DelayRequest(Duration),
+    /// The reply reaches the client after this delay (shorter than the command timeout).
+    DelayReply(Duration),
+    /// The client times out, and the request reaches the server this long after it was sent
+    /// (longer than the command timeout): applied when the world clock gets there.
+    LateRequest(Duration),
+}
+
+/// One client's connection to a [`SimServer`], with injectable faults.
+#[derive(Debug)]
+pub struct SimBackend {
+    server: SimServer,
+    command_timeout: Duration,
+    faults: Mutex<VecDeque<Fault>>,
+}
+
+impl SimBackend {
+    /// Queues a fault for the next call.
+    pub fn inject(&self, fault: Fault) {
+        self.faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_back(fault);
+    }
+
+    /// Returns the server.
+    pub fn server(&self) -> &SimServer {
+        &self.server
+    }
+
+    fn timed_out(&self) -> Failure {
+        Failure::Indeterminate(Indeterminate::new(
+            IndeterminateCause::ResponseTimeout,
+            "simulated timeout",
+        ))
+    }
+
+    /// Sends `op` through the next fault, if any.
+    fn send(&self, op: WireOp) -> Result<Applied, Failure> {
+        let fault = self
+            .faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front();
+        let server = &self.server;
+        let apply = || {
+            let mut state = server.lock();
+            let now = server.server_now(&state);
+            state.apply(&op, now, server.retry_after_fallback)
+        };
+        match fault {
+            None => Ok(apply()),
+            Some(Fault::LoseRequest) => {
+                server.advance(self.command_timeout);
+                Err(self.timed_out())
+            }
+            Some(Fault::LoseReply) => {
+                let _ = apply();
+                server.advance(self.command_timeout);
+                Err(self.timed_out())
+            }
+            Some(Fault::DelayRequest(d)) => {
+                server.advance(d.min(self.command_timeout));
+                Ok(apply())
+            }
+            Some(Fault::DelayReply(d)) => {
+                let applied = apply();
+                server.advance(d.min(self.command_timeout));
+                Ok(applied)
+            }
+            Some(Fault::LateRequest(d)) => {
+                {
+                    let mut state = server.lock();
+                    let at = server.server_now(&state) + millis(d.max(self.command_timeout));
+                    state.pending.push(Pending {
+                        apply_at_ms: at,
+                        op: op.clone(),
+                    });
+                }
+                server.advance(self.command_timeout);
+                Err(self.timed_out())
+            }
+        }
+    }
+}
+
+fn exact(grant: &Grant) -> (u64, String, String) {
+    (
+        grant.fence().get(),
+        grant.attempt().owner_token().expose_secret().to_owned(),
+        grant.attempt().operation().as_str().to_owned(),
+    )
+}
+
+impl LeaseBackend for SimBackend {
+    async fn acquire(&self, request: &LeaseRequest) -> AcquireReply {
+        let op = WireOp::Acquire {
+            key: key_of(request.purpose(), request.resource()),
+            token: request.attempt().owner_token().expose_secret().to_owned(),
+            operation: request.attempt().operation().as_str().to_owned(),
+            ttl_ms: millis(request.ttl()),
+        };
+        match self.send(op) {
+            Ok(Applied::Acquire(reply)) => reply,
+            Ok(_) => AcquireReply::Failed(self.timed_out()),
+            Err(failure) => AcquireReply::Failed(failure),
+        }
+    }
+
+    async fn renew(&self, grant: &Grant) -> RenewReply {
+        let op = WireOp::Renew {
+            key: key_of(grant.purpose(), grant.resource()),
+            exact: exact(grant),
+            ttl_ms: millis(grant.ttl()),
+        };
+        match self.send(op) {
+            Ok(Applied::Renew(reply)) => reply,
+            Ok(_) => RenewReply::Failed(self.timed_out()),
+            Err(failure) => RenewReply::Failed(failure),
+        }
+    }
+
+    async fn release(&self, grant: &Grant) -> ReleaseReply {
+        let op = WireOp::Release {
+            key: key_of(grant.purpose(), grant.resource()),
+            exact: exact(grant),
+        };
+        match self.send(op) {
+            Ok(Applied::Release(reply)) => reply,
+            Ok(_) => ReleaseReply::Failed(self.timed_out()),
+            Err(failure) => ReleaseReply::Failed(failure),
+        }
+    }
+
+    async fn inspect(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        attempt: Option<&Attempt>,
+    ) -> InspectOutcome {
+        // Inspection changes nothing, so a lost reply is only an unknown answer.
+        let fault = self
+            .faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front();
+        match fault {
+            Some(Fault::LoseRequest | Fault::LoseReply | Fault::LateRequest(_)) => {
+                self.server.advance(self.command_timeout);
+                self.timed_out().into()
+            }
+            Some(Fault::DelayRequest(d) | Fault::DelayReply(d)) => {
+                self.server.advance(d.min(self.command_timeout));
+                self.server.inspect_now(&key_of(purpose, resource), attempt)
+            }
+            None => self.server.inspect_now(&key_of(purpose, resource), attempt),
+        }
+    }
+}
+
+/// Polls a future that must complete at once (every simulated call does).
+///
+/// # Panics
+///
+/// If the future is not ready on its first poll.
+pub fn run_now<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => panic!("a simulated call waited; simulated calls never wait"),
+    }
+}
