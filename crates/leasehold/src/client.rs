@@ -100,6 +100,7 @@ pub struct LeaseClient<B: LeaseBackend> {
     clock: Arc<dyn Clock>,
     drift: DriftBudget,
     live: Arc<Mutex<LiveGrants<B>>>,
+    pub(crate) queues: crate::wait::Queues,
 }
 
 /// The grants this client holds handles for, so that a replay of one of them returns a handle
@@ -138,6 +139,7 @@ impl<B: LeaseBackend> Clone for LeaseClient<B> {
             clock: Arc::clone(&self.clock),
             drift: self.drift,
             live: Arc::clone(&self.live),
+            queues: self.queues.clone(),
         }
     }
 }
@@ -162,6 +164,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
                 by_grant: HashMap::new(),
                 sweep_at: 64,
             })),
+            queues: crate::wait::Queues::default(),
         }
     }
 

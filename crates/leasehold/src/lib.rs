@@ -71,6 +71,7 @@ pub mod outcome;
 pub mod request;
 #[cfg(feature = "test-util")]
 pub mod sim;
+mod wait;
 
 pub use backend::{AcquireReply, Grant, GrantReply, LeaseBackend, ReleaseReply, RenewReply};
 pub use client::{AcquireOutcome, LeaseClient};

@@ -1,0 +1,175 @@
+//! Bounded waiting: `LeaseClient::acquire` honours the request's wait timeout.
+//!
+//! Within one client (and its clones), waiters for one resource queue in FIFO order and only
+//! the head of the queue talks to the server; the next waiter becomes head when the head is
+//! done. The head tries, and on contention sleeps until the holder's remaining TTL has passed
+//! (plus a little jitter, so that processes do not retry in lock step) or the deadline,
+//! whichever is first. Every retry reuses the request's attempt, so a retry after an
+//! `Indeterminate` is a safe replay.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::LeaseBackend;
+use crate::client::{AcquireOutcome, LeaseClient};
+use crate::outcome::Contention;
+use crate::request::LeaseRequest;
+
+/// Per-resource FIFO queues of waiters (tokio's mutex is fair: it queues in FIFO order).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Queues {
+    by_resource: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+impl Queues {
+    fn queue(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut map = self
+            .by_resource
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Forget queues nobody waits in, so the map stays as small as the set of contested
+        // resources.
+        map.retain(|_, q| Arc::strong_count(q) > 1);
+        Arc::clone(map.entry(key.to_owned()).or_default())
+    }
+}
+
+/// Releases, in the background, a lease a dropped `acquire` may have been granted.
+///
+/// Armed while a try is in flight or its outcome is unknown; if the acquire future is dropped
+/// then, the grant may exist with nobody holding its handle. The guard replays the same attempt
+/// (which finds the grant if there is one) and releases it.
+struct CancelGuard<'a, B: LeaseBackend> {
+    client: &'a LeaseClient<B>,
+    request: &'a LeaseRequest,
+    armed: bool,
+}
+
+impl<B: LeaseBackend> Drop for CancelGuard<'_, B> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("acquire dropped outside a runtime; a grant may live until its TTL");
+            return;
+        };
+        let client = self.client.clone();
+        let request = self.request.clone();
+        runtime.spawn(async move {
+            if let Some(lease) = client.try_acquire(&request).await.into_handle() {
+                let outcome = lease.release().await;
+                tracing::debug!(?outcome, "released a grant left by a dropped acquire");
+            }
+        });
+    }
+}
+
+/// A small jitter below `retry_after / 8` and 25 ms, so that waiters in different processes
+/// do not retry in lock step.
+fn jitter(retry_after: Duration) -> Duration {
+    let cap = (retry_after / 8).min(Duration::from_millis(25));
+    let cap_us = u64::try_from(cap.as_micros()).unwrap_or(0);
+    if cap_us == 0 {
+        return Duration::ZERO;
+    }
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        return Duration::ZERO;
+    }
+    Duration::from_micros(u64::from_le_bytes(bytes) % cap_us)
+}
+
+impl<B: LeaseBackend> LeaseClient<B> {
+    /// Acquires the lease, waiting up to the request's wait timeout; a zero timeout tries once.
+    ///
+    /// While it waits, only the first waiter of a resource in this client retries; it sleeps
+    /// until the holder's remaining TTL has passed (a lease that expires sends no message) or
+    /// the deadline. After the deadline the outcome is `Contended` (or
+    /// `OwnerOperationConflict`) with the last retry-after seen. The deadline is exceeded by at
+    /// most one command: a try that began before it runs to completion. An `Indeterminate` try
+    /// is replayed with the same attempt while time remains; `Unavailable` and `Overloaded`
+    /// return at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future never leaves a lease nobody knows about: if a try was in flight or
+    /// its outcome unknown, a background task (on the current tokio runtime) replays the same
+    /// attempt and releases the grant it finds. A handle already returned is the caller's.
+    pub async fn acquire(&self, request: &LeaseRequest) -> AcquireOutcome<B> {
+        let wait = request.wait_timeout();
+        if wait.is_zero() {
+            return self.try_acquire(request).await;
+        }
+        let deadline = Instant::now() + wait;
+        let key = format!("{}\0{}", request.purpose(), request.resource());
+        let queue = self.queues.queue(&key);
+        let head = tokio::time::timeout_at(deadline, queue.lock()).await.ok();
+        let mut guard = CancelGuard {
+            client: self,
+            request,
+            armed: false,
+        };
+        loop {
+            guard.armed = true;
+            let outcome = self.try_acquire(request).await;
+            let contention: &Contention = match &outcome {
+                AcquireOutcome::Contended(c) | AcquireOutcome::OwnerOperationConflict(c) => c,
+                AcquireOutcome::Indeterminate { .. } => {
+                    if head.is_some() && Instant::now() < deadline {
+                        // Same attempt: the retry is a replay and finds a grant if one was made.
+                        continue;
+                    }
+                    // Returned to the caller, who now knows to resolve it.
+                    guard.armed = false;
+                    return outcome;
+                }
+                _ => {
+                    guard.armed = false;
+                    return outcome;
+                }
+            };
+            guard.armed = false;
+            let now = Instant::now();
+            if head.is_none() || now >= deadline {
+                return outcome;
+            }
+            let retry_after = contention.retry_after;
+            let wake = (now + retry_after + jitter(retry_after)).min(deadline);
+            tokio::time::sleep_until(wake).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_is_bounded() {
+        for ms in [0u64, 1, 8, 80, 800, 8000] {
+            let retry = Duration::from_millis(ms);
+            let j = jitter(retry);
+            assert!(
+                j <= (retry / 8).min(Duration::from_millis(25)),
+                "{ms}: {j:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn idle_queues_are_forgotten() {
+        let queues = Queues::default();
+        let a = queues.queue("a");
+        drop(queues.queue("b"));
+        let _c = queues.queue("c");
+        let map = queues.by_resource.lock().unwrap();
+        assert!(map.contains_key("a") && map.contains_key("c"));
+        assert!(!map.contains_key("b"));
+        drop(map);
+        drop(a);
+    }
+}
