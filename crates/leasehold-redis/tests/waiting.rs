@@ -60,11 +60,11 @@ async fn a_waiter_takes_over_when_the_lease_expires() {
     let client = client(&server);
     let ttl = Duration::from_millis(300);
     let holder = request(&client, "w2", "op-a", ttl);
+    let started = Instant::now();
     let first = client.acquire(&holder).await.into_handle().expect("free");
     let waiter = request(&client, "w2", "op-b", Duration::from_secs(5))
         .with_wait_timeout(Duration::from_secs(3))
         .unwrap();
-    let started = Instant::now();
     let second = match client.acquire(&waiter).await {
         AcquireOutcome::Acquired(h) => h,
         other => panic!("expected Acquired after expiry, got {other:?}"),

@@ -31,7 +31,8 @@ use crate::request::LeaseRequest;
 const HISTORY: usize = 32;
 
 /// What the server stores for a lease: `"<fence>:<token>:<operation>"` and its expiry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// No `Debug`: it holds an owner token.
+#[derive(Clone, PartialEq, Eq)]
 struct Stored {
     fence: u64,
     token: String,
@@ -39,21 +40,21 @@ struct Stored {
     expires_at_ms: i64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 struct Data {
     leases: BTreeMap<String, Stored>,
     fences: BTreeMap<String, u64>,
 }
 
 /// One write that was sent but will be applied later (a late request).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct Pending {
     apply_at_ms: i64,
     op: WireOp,
 }
 
 /// A request as the server receives it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 enum WireOp {
     Acquire {
         key: String,
@@ -72,7 +73,6 @@ enum WireOp {
     },
 }
 
-#[derive(Debug)]
 struct ServerState {
     offset_ms: i64,
     data: Data,
@@ -81,6 +81,18 @@ struct ServerState {
     lineage: u64,
     /// Renewals and releases that succeeded for a requester other than the stored holder.
     non_owner_successes: Vec<String>,
+}
+
+impl std::fmt::Debug for ServerState {
+    // Counts only: the stored values hold owner tokens.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerState")
+            .field("offset_ms", &self.offset_ms)
+            .field("leases", &self.data.leases.len())
+            .field("pending", &self.pending.len())
+            .field("lineage", &self.lineage)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The grant a simulated server holds for a resource right now, for test oracles.

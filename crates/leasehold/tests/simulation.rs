@@ -105,3 +105,30 @@ fn regression_release_through_a_replayed_handle_is_seen_by_the_first() {
     ];
     assert_eq!(run_sim(&steps, Mode::TIMING, ALL), Ok(()));
 }
+
+#[test]
+fn the_simulator_never_prints_a_token() {
+    use test_support::scenario::{RequestBook, SimWorld, Step};
+    let mut world = SimWorld::new();
+    let mut book = RequestBook::new();
+    let step = Step::Acquire {
+        client: 0,
+        resource: 0,
+        ttl: 0,
+    };
+    let request = book.request_for(&step, Mode::TIMING).expect("a request");
+    world.step(&step, Some(&request));
+    let token = request.attempt().owner_token().expose_secret();
+    let text = format!(
+        "{:?} {:?} {world:?}",
+        world.server,
+        world.world.clients()[0].backend()
+    );
+    assert!(
+        world
+            .server
+            .stored(request.purpose(), request.resource())
+            .is_some()
+    );
+    assert!(!text.contains(token), "{text}");
+}
