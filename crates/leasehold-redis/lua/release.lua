@@ -2,15 +2,17 @@
 -- leasehold release, key layout v1.
 --
 -- KEYS[1]  lease key
+-- KEYS[2]  release channel     the lease key with ":released" (same hash slot)
 -- ARGV[1]  owner token
 -- ARGV[2]  operation id
 -- ARGV[3]  fence (decimal)
 --
 -- Deletes only the exact grant "<fence>:<owner token>:<operation id>". The fence counter is
--- never deleted. Allowed under maxmemory (allow-oom): DEL frees memory.
+-- never deleted. After a release the fence is published on the release channel, so that
+-- waiters retry at once; an expiry publishes nothing. Allowed under maxmemory (allow-oom).
 --
 -- Replies:
---   {1}    released: the key was deleted
+--   {1}    released: the key was deleted and the release published
 --   {0}    absent: nothing to delete
 --   {-1}   another grant holds the key; it was left alone
 local current = redis.call('GET', KEYS[1])
@@ -21,4 +23,5 @@ if current ~= ARGV[3] .. ':' .. ARGV[1] .. ':' .. ARGV[2] then
   return {-1}
 end
 redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', KEYS[2], ARGV[3])
 return {1}

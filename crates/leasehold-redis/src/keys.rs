@@ -28,6 +28,13 @@ impl KeyLayout {
         format!("{}{}:{{{}}}", self.prefix, purpose, resource)
     }
 
+    /// Returns the channel releases of `resource` are announced on (same hash slot).
+    pub fn release_channel(&self, purpose: &Purpose, resource: &ResourceDigest) -> String {
+        let mut channel = self.lease_key(purpose, resource);
+        channel.push_str(":released");
+        channel
+    }
+
     /// Returns the fencing counter key for `purpose` and `resource` (same hash slot).
     pub fn fence_key(&self, purpose: &Purpose, resource: &ResourceDigest) -> String {
         let mut key = self.lease_key(purpose, resource);

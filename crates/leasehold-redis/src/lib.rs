@@ -65,6 +65,7 @@ mod classify;
 mod decode;
 pub mod keys;
 mod link;
+mod notices;
 mod scripts;
 pub mod settings;
 
@@ -145,6 +146,7 @@ pub type RedisLeases = LeaseClient<RedisBackend>;
 /// Leases on one Redis server (standalone).
 pub struct RedisBackend {
     link: Link,
+    notices: notices::Notices,
     keys: KeyLayout,
     settings: RedisSettings,
     endpoint: String,
@@ -172,6 +174,7 @@ impl RedisBackend {
         let client = redis::Client::open(url)
             .map_err(|e| Error::InvalidUrl(format!("{} (URL not shown)", e.category())))?;
         let endpoint = client.get_connection_info().addr().to_string();
+        let notices = notices::Notices::new(client.clone(), settings.connect_timeout());
         let link = Link::new(
             client,
             settings.command_timeout(),
@@ -180,6 +183,7 @@ impl RedisBackend {
         );
         Ok(Self {
             link,
+            notices,
             keys: KeyLayout::new(&settings),
             settings,
             endpoint,
@@ -271,12 +275,14 @@ impl LeaseBackend for RedisBackend {
 
     async fn release(&self, grant: &Grant) -> ReleaseReply {
         let lease_key = self.keys.lease_key(grant.purpose(), grant.resource());
+        let channel = self.keys.release_channel(grant.purpose(), grant.resource());
         let attempt = grant.attempt();
         let reply = self
             .link
             .eval(&scripts::RELEASE, |cmd| {
-                cmd.arg(1)
+                cmd.arg(2)
                     .arg(&lease_key)
+                    .arg(&channel)
                     .arg(attempt.owner_token().expose_secret())
                     .arg(attempt.operation().as_str())
                     .arg(grant.fence().get());
@@ -288,6 +294,11 @@ impl LeaseBackend for RedisBackend {
             }
             Err(failure) => ReleaseReply::Failed(failure),
         }
+    }
+
+    fn watch(&self, purpose: &Purpose, resource: &ResourceDigest) -> leasehold::ReleaseWatch {
+        self.notices
+            .watch(self.keys.release_channel(purpose, resource))
     }
 
     async fn inspect(

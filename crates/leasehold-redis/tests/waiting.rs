@@ -157,3 +157,122 @@ async fn a_cancelled_wait_leaves_nothing_held() {
     }
     assert!(freed, "the grant of the dropped acquire was not released");
 }
+
+/// Waits (bounded) until `n` connections are subscribed to the resource's release channel.
+async fn until_subscribed(
+    server: &RedisServer,
+    client: &leasehold_redis::RedisLeases,
+    req: &leasehold_redis::leasehold::LeaseRequest,
+    n: i64,
+) {
+    let channel = client
+        .backend()
+        .keys()
+        .release_channel(req.purpose(), req.resource());
+    for _ in 0..250 {
+        let reply = server.cmd(&["PUBSUB", "NUMSUB", &channel]);
+        let count = match reply {
+            test_support::Reply::Array(Some(items)) => items.get(1).and_then(|r| r.as_int()),
+            _ => None,
+        };
+        if count.unwrap_or(0) >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no subscriber on {channel}");
+}
+
+#[tokio::test]
+async fn a_release_hands_off_at_once() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let holder = request(&client, "w5", "op-a", Duration::from_secs(10));
+    let first = client.acquire(&holder).await.into_handle().expect("free");
+    let waiter = request(&client, "w5", "op-b", Duration::from_secs(10))
+        .with_wait_timeout(Duration::from_secs(8))
+        .unwrap();
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move { (client.acquire(&waiter).await.name(), Instant::now()) })
+    };
+    until_subscribed(&server, &client, &holder, 1).await;
+    let released_at = Instant::now();
+    assert_eq!(first.release().await, ReleaseOutcome::Released);
+    let (outcome, acquired_at) = waiting.await.unwrap();
+    assert_eq!(outcome, "Acquired");
+    // The holder's TTL was 10 s: only the notice explains a hand-off this quick.
+    assert!(
+        acquired_at - released_at < Duration::from_secs(2),
+        "{:?}",
+        acquired_at - released_at
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_waiters_cost_at_most_three_commands_per_release() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let holder = request(&client, "w6", "op-holder", Duration::from_secs(30));
+    let first = client.acquire(&holder).await.into_handle().expect("free");
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let client = client.clone();
+        let req = request(&client, "w6", &format!("op-{i}"), Duration::from_secs(30))
+            .with_wait_timeout(Duration::from_secs(25))
+            .unwrap();
+        tasks.push(tokio::spawn(async move {
+            let lease = client
+                .acquire(&req)
+                .await
+                .into_handle()
+                .expect("handed over");
+            assert_eq!(lease.release().await, ReleaseOutcome::Released);
+        }));
+    }
+    until_subscribed(&server, &client, &holder, 1).await;
+    // Let the head's first try land before counting.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = server.commandstats();
+    assert_eq!(first.release().await, ReleaseOutcome::Released);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let sent = common::client_commands(&common::delta(&before, &server.commandstats()));
+    let releases = 101;
+    let evalsha = sent.get("evalsha").copied().unwrap_or(0);
+    assert!(
+        evalsha <= 3 * releases,
+        "{evalsha} EVALSHA for {releases} releases: {sent:?}"
+    );
+    println!("{evalsha} commands for {releases} releases");
+}
+
+#[tokio::test]
+async fn a_killed_subscriber_reconnects_and_still_hands_off() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let holder = request(&client, "w7", "op-a", Duration::from_secs(10));
+    let first = client.acquire(&holder).await.into_handle().expect("free");
+    let waiter = request(&client, "w7", "op-b", Duration::from_secs(10))
+        .with_wait_timeout(Duration::from_secs(8))
+        .unwrap();
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move { (client.acquire(&waiter).await.name(), Instant::now()) })
+    };
+    until_subscribed(&server, &client, &holder, 1).await;
+    let killed = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]).as_int();
+    assert_eq!(killed, Some(1));
+    // The subscriber comes back on its own and subscribes again.
+    until_subscribed(&server, &client, &holder, 1).await;
+    let released_at = Instant::now();
+    assert_eq!(first.release().await, ReleaseOutcome::Released);
+    let (outcome, acquired_at) = waiting.await.unwrap();
+    assert_eq!(outcome, "Acquired");
+    assert!(
+        acquired_at - released_at < Duration::from_secs(2),
+        "{:?}",
+        acquired_at - released_at
+    );
+}

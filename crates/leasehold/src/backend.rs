@@ -6,6 +6,7 @@
 //! backend (the Redis adapter and the simulator share that code).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::fence::FenceToken;
@@ -127,6 +128,35 @@ pub enum ReleaseReply {
     Failed(Failure),
 }
 
+/// A subscription to release notices for one resource.
+///
+/// Waiters take a [`tokio::sync::Notify`] permit future from it *before* they try, so that a
+/// release that lands while the try is in flight still wakes them. A backend without
+/// notifications returns [`ReleaseWatch::none`], and waiters fall back to the holder's TTL.
+#[derive(Debug, Clone)]
+pub struct ReleaseWatch {
+    notify: Option<Arc<tokio::sync::Notify>>,
+}
+
+impl ReleaseWatch {
+    /// A watch that never fires.
+    pub fn none() -> Self {
+        Self { notify: None }
+    }
+
+    /// A watch that fires when `notify.notify_waiters()` is called.
+    pub fn new(notify: Arc<tokio::sync::Notify>) -> Self {
+        Self {
+            notify: Some(notify),
+        }
+    }
+
+    /// Returns the notifier, if this watch has one.
+    pub fn notify(&self) -> Option<&Arc<tokio::sync::Notify>> {
+        self.notify.as_ref()
+    }
+}
+
 /// A lease backend: moves the four lease operations to a server, atomically there.
 ///
 /// Implementations must keep these contracts, which the handle's safety rests on:
@@ -174,4 +204,11 @@ pub trait LeaseBackend: Send + Sync + 'static {
         resource: &ResourceDigest,
         attempt: Option<&Attempt>,
     ) -> impl Future<Output = InspectOutcome> + Send;
+
+    /// Subscribes to release notices for `resource`. Notices are hints that only make a
+    /// waiter retry sooner: a missed one costs latency, never safety. The default has none.
+    fn watch(&self, purpose: &Purpose, resource: &ResourceDigest) -> ReleaseWatch {
+        let _ = (purpose, resource);
+        ReleaseWatch::none()
+    }
 }

@@ -73,7 +73,9 @@ pub mod request;
 pub mod sim;
 mod wait;
 
-pub use backend::{AcquireReply, Grant, GrantReply, LeaseBackend, ReleaseReply, RenewReply};
+pub use backend::{
+    AcquireReply, Grant, GrantReply, LeaseBackend, ReleaseReply, ReleaseWatch, RenewReply,
+};
 pub use client::{AcquireOutcome, LeaseClient};
 pub use clock::{BootClock, Clock, ManualClock, MonotonicInstant};
 pub use error::{Error, ErrorKind};

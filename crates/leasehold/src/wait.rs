@@ -2,9 +2,9 @@
 //!
 //! Within one client (and its clones), waiters for one resource queue in FIFO order and only
 //! the head of the queue talks to the server; the next waiter becomes head when the head is
-//! done. The head tries, and on contention sleeps until the holder's remaining TTL has passed
-//! (plus a little jitter, so that processes do not retry in lock step) or the deadline,
-//! whichever is first. Every retry reuses the request's attempt, so a retry after an
+//! done. The head tries, and on contention sleeps until a release notice arrives, the
+//! holder's remaining TTL has passed (an expiry sends no notice; the jitter keeps processes
+//! from retrying in lock step), or the deadline — whichever is first. Every retry reuses the request's attempt, so a retry after an
 //! `Indeterminate` is a safe replay.
 
 use std::collections::HashMap;
@@ -113,7 +113,14 @@ impl<B: LeaseBackend> LeaseClient<B> {
             request,
             armed: false,
         };
+        let watch = self.backend().watch(request.purpose(), request.resource());
+        let never = tokio::sync::Notify::new();
+        let notify = watch.notify().map_or(&never, |n| n.as_ref());
         loop {
+            // Subscribe first: a release that lands while the try is in flight still wakes us.
+            let released = notify.notified();
+            let mut released = std::pin::pin!(released);
+            released.as_mut().enable();
             guard.armed = true;
             let outcome = self.try_acquire(request).await;
             let contention: &Contention = match &outcome {
@@ -139,7 +146,10 @@ impl<B: LeaseBackend> LeaseClient<B> {
             }
             let retry_after = contention.retry_after;
             let wake = (now + retry_after + jitter(retry_after)).min(deadline);
-            tokio::time::sleep_until(wake).await;
+            tokio::select! {
+                () = tokio::time::sleep_until(wake) => {}
+                () = released => {}
+            }
         }
     }
 }
