@@ -391,3 +391,46 @@ async fn a_replayed_handle_shares_state_with_the_first() {
         }
     );
 }
+
+/// No renewal is sent after a release: renewals racing a release either land before it
+/// (`Renewed`) or are refused without I/O — none reaches the server after the key is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_renew_is_sent_after_a_concurrent_release() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    client.backend().warm_up().await.unwrap();
+    for round in 0..100 {
+        let req = request(&client, "orders/race", &format!("op-{round}"), TTL);
+        let lease =
+            std::sync::Arc::new(client.try_acquire(&req).await.into_handle().expect("free"));
+        let before = server.commandstats();
+        let renewals: Vec<_> = (0..20)
+            .map(|_| {
+                let lease = std::sync::Arc::clone(&lease);
+                tokio::spawn(async move { lease.renew().await })
+            })
+            .collect();
+        let release = {
+            let lease = std::sync::Arc::clone(&lease);
+            tokio::spawn(async move { lease.release().await })
+        };
+        assert_eq!(release.await.unwrap(), ReleaseOutcome::Released);
+        let mut sent = 1;
+        for renewal in renewals {
+            match renewal.await.unwrap() {
+                RenewOutcome::Renewed { .. } => sent += 1,
+                RenewOutcome::Refused { .. } => {}
+                other => panic!(
+                    "round {round}: a renewal reached the server after the release: {other:?}"
+                ),
+            }
+        }
+        let calls = common::client_commands(&common::delta(&before, &server.commandstats()));
+        assert_eq!(
+            calls.get("evalsha"),
+            Some(&sent),
+            "round {round}: {calls:?}"
+        );
+        assert_eq!(lease.state(), LeaseState::Released);
+    }
+}

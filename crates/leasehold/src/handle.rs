@@ -36,6 +36,8 @@
 //! exactly this one — same owner token, operation id and fence — which proves the key never
 //! lapsed (every new grant has a new fence). Once `release` has been called, `renew` is refused
 //! too: a delayed release could otherwise land after a renewal that had re-activated the handle.
+//! A release also waits for renewals already being sent, so that no renewal is ever sent after
+//! a release.
 //!
 //! In `Unknown` after an indeterminate renew, [`LeaseHandle::remaining_validity`] still reports
 //! what the last confirmed grant or renewal proved (a renewal can only extend the key, never
@@ -94,6 +96,9 @@ pub(crate) struct Shared<B: LeaseBackend> {
     grant: Grant,
     drift: Duration,
     core: Mutex<Core>,
+    /// Renewals hold it shared across their send; a release takes it exclusively before it
+    /// sends, so no renewal is ever sent after a release was (see `release`).
+    sends: tokio::sync::RwLock<()>,
 }
 
 #[derive(Debug)]
@@ -179,6 +184,7 @@ impl<B: LeaseBackend> LeaseHandle<B> {
                 grant,
                 drift,
                 core: Mutex::new(core),
+                sends: tokio::sync::RwLock::new(()),
             }),
         }
     }
@@ -281,9 +287,10 @@ impl<B: LeaseBackend> LeaseHandle<B> {
     pub async fn renew(&self) -> RenewOutcome {
         // Read before sending: validity from this renewal is counted from here.
         let sent_at = self.shared.clock.now();
+        let _sending = self.shared.sends.read().await;
         {
             let mut core = self.shared.lock();
-            core.observe(sent_at);
+            core.observe(self.shared.clock.now());
             if core.state.is_terminal() || core.release_started {
                 return RenewOutcome::Refused { state: core.state };
             }
@@ -347,6 +354,9 @@ impl<B: LeaseBackend> LeaseHandle<B> {
             }
             core.release_started = true;
         }
+        // Renewals that passed their check before the flag was set are still sending: wait for
+        // them, so that the release is the last command this handle sends.
+        let _exclusive = self.shared.sends.write().await;
         let reply = self.shared.backend.release(&self.shared.grant).await;
         let now = self.shared.clock.now();
         let mut core = self.shared.lock();
