@@ -56,11 +56,13 @@ async fn observed_server_expiry_is_within_the_replys_pttl() {
         .await
         .into_handle()
         .expect("replayed");
-    let read_at = BootClock.now();
     let left =
         Duration::from_millis(u64::try_from(pttl(&server, &lease_key(&client, &req))).unwrap());
+    // Read after the PTTL reply: the server's expiry is at most `left` (plus PTTL's millisecond
+    // rounding) after this instant, and the replay's observed expiry is never later than it.
+    let read_after = BootClock.now();
     // The replay's PTTL is what was left of the first grant, not a fresh TTL.
-    assert!(replay.observed_server_expiry() <= read_at + left + Duration::from_millis(1));
+    assert!(replay.observed_server_expiry() <= read_after + left + Duration::from_millis(1));
     assert!(replay.observed_server_expiry() <= after + ttl);
     assert!(replay.valid_until() < replay.observed_server_expiry());
     let _ = replay.release().await;

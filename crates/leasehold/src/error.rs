@@ -23,6 +23,8 @@ pub enum ErrorKind {
     InvalidSetting,
     /// The operating system's random number generator could not produce an owner token.
     Entropy,
+    /// The watchdog already keeps as many leases as it was built for.
+    WatchdogFull,
 }
 
 /// Input refused before any I/O, or a local resource (entropy) that was not available.
@@ -55,7 +57,7 @@ impl Error {
     /// Returns true if and only if the input itself was refused (as opposed to a local
     /// resource being unavailable); retrying the same input will fail the same way.
     pub fn is_invalid_input(&self) -> bool {
-        !matches!(self.kind, ErrorKind::Entropy)
+        !matches!(self.kind, ErrorKind::Entropy | ErrorKind::WatchdogFull)
     }
 }
 
@@ -70,6 +72,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::InvalidDriftBudget => "invalid drift budget",
             ErrorKind::InvalidSetting => "invalid setting",
             ErrorKind::Entropy => "no entropy",
+            ErrorKind::WatchdogFull => "watchdog full",
         };
         f.write_str(text)
     }

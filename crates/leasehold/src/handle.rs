@@ -189,6 +189,13 @@ impl<B: LeaseBackend> LeaseHandle<B> {
         }
     }
 
+    /// Returns another handle on the same shared state (for the keep-alive task).
+    pub(crate) fn share(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
     pub(crate) fn downgrade(&self) -> std::sync::Weak<Shared<B>> {
         Arc::downgrade(&self.shared)
     }

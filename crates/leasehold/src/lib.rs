@@ -49,6 +49,7 @@
 //! - [`client`] and [`handle`]: acquire, inspect, renew, release; validity and state;
 //! - [`outcome`]: the typed outcomes;
 //! - [`fence`]: fencing tokens, guarantees and the effect-point rule;
+//! - [`keepalive`]: the watchdog, loss signals and work run under a lease;
 //! - [`clock`]: the monotonic clock seam;
 //! - `sim` (feature `test-util`): a simulated server and backend with injectable faults.
 
@@ -67,6 +68,7 @@ pub mod error;
 pub mod fence;
 pub mod handle;
 pub mod id;
+pub mod keepalive;
 pub mod outcome;
 pub mod request;
 #[cfg(feature = "test-util")]
@@ -82,6 +84,7 @@ pub use error::{Error, ErrorKind};
 pub use fence::{FenceGate, FenceToken, Guarantee, StaleFence};
 pub use handle::{LeaseHandle, LeaseState};
 pub use id::{Attempt, HolderFingerprint, OperationId, OwnerToken, Purpose, ResourceDigest};
+pub use keepalive::{KeepAliveSettings, KeptLease, LossReason, LossSignal, Scoped, Watchdog};
 pub use outcome::{
     Contention, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseView, LossCause,
     ReleaseOutcome, RenewOutcome, Unavailable, UnavailableCause,
