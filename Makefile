@@ -31,8 +31,9 @@ docs:
 demo:
 	$(CARGO) run -q -p leasehold-redis --example demo
 
-## bench: operation latency against raw redis-rs, and hand-off latency against polling and
-## rslock, each on an ephemeral redis-server.
+## bench: operation latency against raw redis-rs, hand-off latency against polling and rslock,
+## and 10,000 kept leases for 60 s, each on an ephemeral redis-server.
 bench:
 	$(CARGO) run -q --release -p leasehold-redis --example bench_ops
 	$(CARGO) run -q --release -p leasehold-redis --example handoff
+	$(CARGO) run -q --release -p leasehold-redis --example keepalive_bench

@@ -77,6 +77,36 @@ impl Clock for BootClock {
 
 pub use manual::ManualClock;
 
+/// A clock that reads tokio's time, so that `#[tokio::test(start_paused = true)]` tests move
+/// lease validity with `tokio::time::advance` and auto-advancing sleeps.
+///
+/// Tokio's clock does not count through suspend; use [`BootClock`] in production.
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// Makes a clock whose origin is tokio's now. Call it inside a runtime.
+    pub fn new() -> Self {
+        Self {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> MonotonicInstant {
+        MonotonicInstant(tokio::time::Instant::now().saturating_duration_since(self.origin))
+    }
+}
+
 mod manual {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};

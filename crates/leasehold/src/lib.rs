@@ -79,7 +79,7 @@ pub use backend::{
     AcquireReply, Grant, GrantReply, LeaseBackend, ReleaseReply, ReleaseWatch, RenewReply,
 };
 pub use client::{AcquireOutcome, LeaseClient};
-pub use clock::{BootClock, Clock, ManualClock, MonotonicInstant};
+pub use clock::{BootClock, Clock, ManualClock, MonotonicInstant, TokioClock};
 pub use error::{Error, ErrorKind};
 pub use fence::{FenceGate, FenceToken, Guarantee, StaleFence};
 pub use handle::{LeaseHandle, LeaseState};
