@@ -306,9 +306,12 @@ async fn keep_alive<B: LeaseBackend>(
             () = stop.cancelled() => return,
             () = tokio::time::sleep(wait) => {}
         }
+        // Boxed: the renewal's future (the backend's whole send path) is large, and it lives
+        // only while renewing; the sleeping task then stays small.
+        let renewal = Box::pin(handle.renew());
         let outcome = tokio::select! {
             () = stop.cancelled() => return,
-            outcome = handle.renew() => outcome,
+            outcome = renewal => outcome,
         };
         match outcome {
             RenewOutcome::Renewed { .. } => {
