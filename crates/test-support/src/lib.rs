@@ -71,22 +71,53 @@ pub fn redis_server_binary() -> PathBuf {
 }
 
 fn signal(pid: u32, sig: rustix::process::Signal) {
-    let pid = i32::try_from(pid)
+    // Pid 0 or a negative value would address a process group: refuse them.
+    let Some(pid) = i32::try_from(pid)
         .ok()
         .and_then(rustix::process::Pid::from_raw)
-        .expect("a valid pid");
+    else {
+        panic!("not a process id: {pid}");
+    };
     // The process may have exited already; that is not the test's failure.
     let _ = rustix::process::kill_process(pid, sig);
 }
 
-/// Sends SIGSTOP to `pid`.
+/// Sends SIGSTOP to `pid`. A process that no longer exists is ignored.
+///
+/// # Panics
+///
+/// If `pid` is 0 or above `i32::MAX` (those would signal a process group).
 pub fn stop_process(pid: u32) {
     signal(pid, rustix::process::Signal::STOP);
 }
 
-/// Sends SIGCONT to `pid`.
+/// Sends SIGCONT to `pid`. A process that no longer exists is ignored.
+///
+/// # Panics
+///
+/// As [`stop_process`].
 pub fn continue_process(pid: u32) {
     signal(pid, rustix::process::Signal::CONT);
+}
+
+/// Waits (up to 1 s) until `/proc/<pid>/stat` shows the process stopped; returns at once
+/// where `/proc` is unavailable.
+fn wait_until_stopped(pid: u32) {
+    let stat = format!("/proc/{pid}/stat");
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        let Ok(text) = std::fs::read_to_string(&stat) else {
+            return;
+        };
+        // The state follows the parenthesised command name, which may itself hold spaces.
+        match text
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+        {
+            Some("T" | "t") | None => return,
+            Some(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
 }
 
 /// A minimal RESP2 reply.
@@ -134,8 +165,14 @@ fn encode(args: &[&str]) -> Vec<u8> {
 }
 
 fn read_reply(reader: &mut impl BufRead) -> std::io::Result<Reply> {
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
+    let mut raw = Vec::new();
+    if reader.read_until(b'\n', &mut raw)? == 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "connection closed before a reply",
+        ));
+    }
+    let line = String::from_utf8_lossy(&raw);
     let line = line.trim_end_matches(['\r', '\n']);
     let bad = || {
         std::io::Error::new(
@@ -235,6 +272,10 @@ impl RedisServer {
     fn spawn(&mut self) -> Result<(), String> {
         let binary = redis_server_binary();
         let log = self.dir.path().join("redis.log");
+        // Config errors go to stderr before the log file is opened: keep them for the message.
+        let stderr_path = self.dir.path().join("redis.stderr");
+        let stderr = std::fs::File::create(&stderr_path)
+            .map_err(|e| format!("creating {}: {e}", stderr_path.display()))?;
         let mut command = Command::new(&binary);
         command
             .arg("--port")
@@ -248,10 +289,11 @@ impl RedisServer {
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(stderr);
         let child = command
             .spawn()
             .map_err(|e| format!("spawning {}: {e}", binary.display()))?;
+        let pid = child.id();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
@@ -260,17 +302,36 @@ impl RedisServer {
             {
                 self.child = None;
                 let log = std::fs::read_to_string(&log).unwrap_or_default();
-                return Err(format!("exited with {status}; log:\n{log}"));
+                let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+                return Err(format!(
+                    "redis-server on port {} exited with {status}; stderr:\n{stderr}\nlog:\n{log}",
+                    self.port
+                ));
             }
+            // Another test's server may have won the race for this port: only a PONG from
+            // our own process counts.
             if let Ok(Reply::Status(s)) = query(self.addr(), &["PING"], Duration::from_millis(200))
                 && s == "PONG"
+                && self.answering_pid() == Some(pid)
             {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         self.kill();
-        Err("no PONG within 10 s".to_owned())
+        Err(format!("no PONG on port {} within 10 s", self.port))
+    }
+
+    /// The `process_id` of whatever server answers on our port.
+    fn answering_pid(&self) -> Option<u32> {
+        let info = query(self.addr(), &["INFO", "server"], Duration::from_secs(1))
+            .ok()?
+            .as_string()?;
+        info.lines()
+            .find_map(|line| line.strip_prefix("process_id:"))?
+            .trim()
+            .parse()
+            .ok()
     }
 
     /// Returns the port.
@@ -304,8 +365,17 @@ impl RedisServer {
 
     /// Stops the process with SIGSTOP until the guard is dropped or resumed: it keeps its
     /// socket, so connections hang and commands get no reply.
+    ///
+    /// Returns once the kernel reports the process stopped (on Linux, via `/proc`), so a
+    /// command sent afterwards cannot slip through.
+    ///
+    /// # Panics
+    ///
+    /// If the server was killed.
     pub fn pause(&self) -> PauseGuard<'_> {
-        stop_process(self.pid());
+        let pid = self.pid();
+        stop_process(pid);
+        wait_until_stopped(pid);
         PauseGuard {
             server: self,
             resumed: false,
@@ -329,11 +399,15 @@ impl RedisServer {
     pub fn restart(&mut self) {
         self.kill();
         // The port was just released by a dead process; binding it again may take a moment.
-        let mut last_error = String::new();
-        for _ in 0..50 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut last_error;
+        loop {
             match self.spawn() {
                 Ok(()) => return,
                 Err(e) => last_error = e,
+            }
+            if Instant::now() >= deadline {
+                break;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -427,5 +501,77 @@ impl PauseGuard<'_> {
 impl Drop for PauseGuard<'_> {
     fn drop(&mut self) {
         self.resume_once();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(bytes: &[u8]) -> std::io::Result<Reply> {
+        read_reply(&mut BufReader::new(bytes))
+    }
+
+    #[test]
+    fn commands_are_arrays_of_bulk_strings() {
+        assert_eq!(
+            encode(&["SET", "k", ""]),
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n".to_vec()
+        );
+        // Lengths count bytes, not chars.
+        assert_eq!(encode(&["é"]), b"*1\r\n$2\r\n\xc3\xa9\r\n".to_vec());
+    }
+
+    #[test]
+    fn every_reply_kind_parses() {
+        assert_eq!(parse(b"+OK\r\n").unwrap(), Reply::Status("OK".into()));
+        assert_eq!(
+            parse(b"-ERR no\r\n").unwrap(),
+            Reply::Error("ERR no".into())
+        );
+        assert_eq!(parse(b":-42\r\n").unwrap(), Reply::Int(-42));
+        assert_eq!(parse(b"$-1\r\n").unwrap(), Reply::Bulk(None));
+        assert_eq!(parse(b"*-1\r\n").unwrap(), Reply::Array(None));
+        assert_eq!(parse(b"$0\r\n\r\n").unwrap(), Reply::Bulk(Some(vec![])));
+        // A bulk string is length-delimited: CR LF and non-UTF-8 inside are data.
+        assert_eq!(
+            parse(b"$4\r\n\r\n\xff\x00\r\n").unwrap(),
+            Reply::Bulk(Some(b"\r\n\xff\x00".to_vec()))
+        );
+        assert_eq!(
+            parse(b"*3\r\n:1\r\n*1\r\n$1\r\nx\r\n*0\r\n").unwrap(),
+            Reply::Array(Some(vec![
+                Reply::Int(1),
+                Reply::Array(Some(vec![Reply::Bulk(Some(b"x".to_vec()))])),
+                Reply::Array(Some(vec![])),
+            ]))
+        );
+    }
+
+    #[test]
+    fn truncated_or_garbled_replies_are_errors() {
+        let eof = parse(b"").unwrap_err();
+        assert_eq!(eof.kind(), std::io::ErrorKind::UnexpectedEof);
+        assert!(parse(b"$5\r\nab").is_err());
+        assert!(parse(b"*2\r\n:1\r\n").is_err());
+        assert_eq!(
+            parse(b"?what\r\n").unwrap_err().kind(),
+            std::io::ErrorKind::InvalidData
+        );
+        assert!(parse(b":x\r\n").is_err());
+    }
+
+    #[test]
+    fn reply_accessors() {
+        assert_eq!(Reply::Int(3).as_int(), Some(3));
+        assert_eq!(Reply::Status("OK".into()).as_int(), None);
+        assert_eq!(Reply::Status("OK".into()).as_string(), Some("OK".into()));
+        assert_eq!(
+            Reply::Bulk(Some(b"a\xffb".to_vec())).as_string(),
+            Some("a\u{fffd}b".into())
+        );
+        assert_eq!(Reply::Bulk(None).as_string(), None);
+        assert_eq!(Reply::Error("ERR".into()).as_string(), None);
+        assert_eq!(Reply::Int(1).as_string(), None);
     }
 }

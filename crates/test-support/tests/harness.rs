@@ -86,3 +86,65 @@ fn the_binary_is_found_on_path_or_by_override() {
     let found = resolve_binary(Some(fake.clone().into_os_string()), None, &[]).unwrap();
     assert_eq!(found, fake);
 }
+
+#[test]
+fn extra_args_reach_the_server() {
+    let server = RedisServer::start_with_args(&["--maxmemory", "1mb"]);
+    let reply = server.cmd(&["CONFIG", "GET", "maxmemory"]);
+    assert_eq!(
+        reply,
+        Reply::Array(Some(vec![
+            Reply::Bulk(Some(b"maxmemory".to_vec())),
+            Reply::Bulk(Some(b"1048576".to_vec())),
+        ]))
+    );
+    assert_eq!(
+        server.cmd(&["CONFIG", "GET", "save"]),
+        Reply::Array(Some(vec![
+            Reply::Bulk(Some(b"save".to_vec())),
+            Reply::Bulk(Some(Vec::new())),
+        ]))
+    );
+    assert!(server.dir().join("redis.log").is_file());
+}
+
+#[test]
+fn a_bad_arg_fails_start_with_the_server_s_own_message() {
+    let panic =
+        std::panic::catch_unwind(|| RedisServer::start_with_args(&["--no-such-option", "x"]))
+            .expect_err("a server with a bad directive started");
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(message.contains("Bad directive"), "{message}");
+}
+
+#[test]
+fn dropping_a_paused_server_kills_it() {
+    let server = RedisServer::start();
+    let addr = server.addr();
+    std::mem::forget(server.pause()); // never resumed
+    drop(server);
+    let err = TcpStream::connect(addr).expect_err("a dropped server accepted");
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
+}
+
+#[test]
+fn replies_come_back_as_typed_values() {
+    let server = RedisServer::start();
+    assert_eq!(server.cmd(&["INCRBY", "n", "5"]), Reply::Int(5));
+    assert_eq!(server.cmd(&["GET", "missing"]), Reply::Bulk(None));
+    assert!(matches!(server.cmd(&["NOSUCHCOMMAND"]), Reply::Error(e) if e.starts_with("ERR")));
+    let stats = server.commandstats();
+    assert_eq!(stats.get("incrby"), Some(&1));
+    server.cmd(&["SCRIPT", "LOAD", "return 1"]);
+    assert_eq!(server.commandstats().get("script|load"), Some(&1));
+}
+
+#[test]
+fn keys_scans_past_one_batch() {
+    let server = RedisServer::start();
+    let script = "for i = 1, 2500 do redis.call('SET', 'key:' .. i, i) end return 0";
+    assert_eq!(server.cmd(&["EVAL", script, "0"]), Reply::Int(0));
+    let keys = server.keys();
+    assert_eq!(keys.len(), 2500);
+    assert!(keys.contains(&"key:2500".to_owned()));
+}
