@@ -183,23 +183,48 @@ async fn until_subscribed(
     panic!("no subscriber on {channel}");
 }
 
-#[tokio::test]
-async fn a_release_hands_off_at_once() {
-    let server = RedisServer::start();
-    let client = client(&server);
-    let holder = request(&client, "w5", "op-a", Duration::from_secs(10));
+type Waiting = tokio::task::JoinHandle<(&'static str, Instant)>;
+
+/// A holder with a 10 s lease, and a waiter (8 s wait) parked behind it and subscribed.
+async fn hold_and_wait(
+    server: &RedisServer,
+    resource: &str,
+) -> (
+    leasehold_redis::RedisLeases,
+    leasehold_redis::leasehold::LeaseRequest,
+    leasehold_redis::leasehold::LeaseHandle<leasehold_redis::RedisBackend>,
+    Waiting,
+) {
+    let client = client(server);
+    let holder = request(&client, resource, "op-a", Duration::from_secs(10));
     let first = client.acquire(&holder).await.into_handle().expect("free");
-    let waiter = request(&client, "w5", "op-b", Duration::from_secs(10))
+    let waiter = request(&client, resource, "op-b", Duration::from_secs(10))
         .with_wait_timeout(Duration::from_secs(8))
         .unwrap();
     let waiting = {
         let client = client.clone();
         tokio::spawn(async move { (client.acquire(&waiter).await.name(), Instant::now()) })
     };
-    until_subscribed(&server, &client, &holder, 1).await;
+    until_subscribed(server, &client, &holder, 1).await;
+    (client, holder, first, waiting)
+}
+
+/// Releases `first` and returns the waiter's outcome, the release instant and its own.
+async fn release_and_join(
+    first: leasehold_redis::leasehold::LeaseHandle<leasehold_redis::RedisBackend>,
+    waiting: Waiting,
+) -> (&'static str, Instant, Instant) {
     let released_at = Instant::now();
     assert_eq!(first.release().await, ReleaseOutcome::Released);
     let (outcome, acquired_at) = waiting.await.unwrap();
+    (outcome, released_at, acquired_at)
+}
+
+#[tokio::test]
+async fn a_release_hands_off_at_once() {
+    let server = RedisServer::start();
+    let (_client, _holder, first, waiting) = hold_and_wait(&server, "w5").await;
+    let (outcome, released_at, acquired_at) = release_and_join(first, waiting).await;
     assert_eq!(outcome, "Acquired");
     // The holder's TTL was 10 s: only the notice explains a hand-off this quick.
     assert!(
@@ -251,24 +276,12 @@ async fn a_hundred_waiters_cost_at_most_three_commands_per_release() {
 #[tokio::test]
 async fn a_killed_subscriber_reconnects_and_still_hands_off() {
     let server = RedisServer::start();
-    let client = client(&server);
-    let holder = request(&client, "w7", "op-a", Duration::from_secs(10));
-    let first = client.acquire(&holder).await.into_handle().expect("free");
-    let waiter = request(&client, "w7", "op-b", Duration::from_secs(10))
-        .with_wait_timeout(Duration::from_secs(8))
-        .unwrap();
-    let waiting = {
-        let client = client.clone();
-        tokio::spawn(async move { (client.acquire(&waiter).await.name(), Instant::now()) })
-    };
-    until_subscribed(&server, &client, &holder, 1).await;
+    let (client, holder, first, waiting) = hold_and_wait(&server, "w7").await;
     let killed = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]).as_int();
     assert_eq!(killed, Some(1));
     // The subscriber comes back on its own and subscribes again.
     until_subscribed(&server, &client, &holder, 1).await;
-    let released_at = Instant::now();
-    assert_eq!(first.release().await, ReleaseOutcome::Released);
-    let (outcome, acquired_at) = waiting.await.unwrap();
+    let (outcome, released_at, acquired_at) = release_and_join(first, waiting).await;
     assert_eq!(outcome, "Acquired");
     assert!(
         acquired_at - released_at < Duration::from_secs(2),
