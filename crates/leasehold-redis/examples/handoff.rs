@@ -35,18 +35,23 @@ fn request(
         .with_wait_timeout(wait)?)
 }
 
-async fn leasehold_round(holder: &RedisLeases, waiter: &RedisLeases, i: usize) -> Res<u64> {
-    let resource = format!("handoff-{i}");
-    let held = holder
-        .try_acquire(&request(
-            holder,
-            &resource,
-            &format!("h{i}"),
-            Duration::ZERO,
-        )?)
+/// The holder takes `resource` for round `i`.
+async fn hold(
+    holder: &RedisLeases,
+    resource: &str,
+    i: usize,
+) -> Res<leasehold_redis::leasehold::LeaseHandle<RedisBackend>> {
+    let req = request(holder, resource, &format!("h{i}"), Duration::ZERO)?;
+    Ok(holder
+        .try_acquire(&req)
         .await
         .into_handle()
-        .ok_or("holder not granted")?;
+        .ok_or("holder not granted")?)
+}
+
+async fn leasehold_round(holder: &RedisLeases, waiter: &RedisLeases, i: usize) -> Res<u64> {
+    let resource = format!("handoff-{i}");
+    let held = hold(holder, &resource, i).await?;
     let req = request(waiter, &resource, &format!("w{i}"), Duration::from_secs(5))?;
     let client = waiter.clone();
     let task = tokio::spawn(async move {
@@ -69,16 +74,7 @@ async fn leasehold_round(holder: &RedisLeases, waiter: &RedisLeases, i: usize) -
 
 async fn polling_round(holder: &RedisLeases, waiter: &RedisLeases, i: usize) -> Res<u64> {
     let resource = format!("poll-{i}");
-    let held = holder
-        .try_acquire(&request(
-            holder,
-            &resource,
-            &format!("h{i}"),
-            Duration::ZERO,
-        )?)
-        .await
-        .into_handle()
-        .ok_or("holder not granted")?;
+    let held = hold(holder, &resource, i).await?;
     let req = request(waiter, &resource, &format!("w{i}"), Duration::ZERO)?;
     let client = waiter.clone();
     let task = tokio::spawn(async move {

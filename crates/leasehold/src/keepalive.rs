@@ -323,10 +323,11 @@ async fn keep_alive<B: LeaseBackend>(
                 return;
             }
             RenewOutcome::Refused { state } => {
-                signal.fire(match state {
-                    LeaseState::Released => LossReason::Released,
-                    LeaseState::Lost => LossReason::LostToAnother,
-                    _ => LossReason::Released,
+                // Refused from Lost, or because a release is under way (any other state).
+                signal.fire(if state == LeaseState::Lost {
+                    LossReason::LostToAnother
+                } else {
+                    LossReason::Released
                 });
                 return;
             }
