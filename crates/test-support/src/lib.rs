@@ -7,7 +7,10 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod cluster;
 pub mod scenario;
+
+pub use cluster::RedisCluster;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -215,7 +218,7 @@ fn query(addr: SocketAddr, args: &[&str], timeout: Duration) -> std::io::Result<
     read_reply(&mut BufReader::new(stream))
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -247,6 +250,17 @@ impl RedisServer {
     ///
     /// As [`start`](Self::start).
     pub fn start_with_args(args: &[&str]) -> Self {
+        Self::try_start_with_args(args)
+            .unwrap_or_else(|e| panic!("redis-server did not start: {e}"))
+    }
+
+    /// Starts a server with extra arguments, returning why it did not start instead of
+    /// panicking (a missing binary still panics with the install hint).
+    ///
+    /// # Errors
+    ///
+    /// The server's stderr and log if it exited, or a timeout, after five ports were tried.
+    pub fn try_start_with_args(args: &[&str]) -> Result<Self, String> {
         let dir = tempfile::Builder::new()
             .prefix("leasehold-redis-")
             .tempdir()
@@ -262,11 +276,11 @@ impl RedisServer {
         for _ in 0..5 {
             server.port = free_port();
             match server.spawn() {
-                Ok(()) => return server,
+                Ok(()) => return Ok(server),
                 Err(e) => last_error = e,
             }
         }
-        panic!("redis-server did not start: {last_error}");
+        Err(last_error)
     }
 
     fn spawn(&mut self) -> Result<(), String> {

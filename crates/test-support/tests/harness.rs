@@ -148,3 +148,35 @@ fn keys_scans_past_one_batch() {
     assert_eq!(keys.len(), 2500);
     assert!(keys.contains(&"key:2500".to_owned()));
 }
+
+#[test]
+fn a_cluster_serves_every_slot_and_redirects_the_rest() {
+    let cluster = test_support::RedisCluster::start(3);
+    assert_eq!(cluster.nodes().len(), 3);
+    assert_eq!(cluster.urls().len(), 3);
+    // Find one key per node; each is written where it belongs and redirected elsewhere.
+    let mut seen = [false; 3];
+    for i in 0..200 {
+        let key = format!("k{i}");
+        let owner = cluster.index_for_key(&key);
+        if seen[owner] {
+            continue;
+        }
+        seen[owner] = true;
+        let node = cluster.node_for_key(&key);
+        assert_eq!(node.cmd(&["SET", &key, "v"]), Reply::Status("OK".into()));
+        for (j, other) in cluster.nodes().iter().enumerate() {
+            if j != owner {
+                match other.cmd(&["GET", &key]) {
+                    Reply::Error(e) => assert!(e.starts_with("MOVED"), "{e}"),
+                    other => panic!("expected MOVED, got {other:?}"),
+                }
+            }
+        }
+    }
+    assert_eq!(seen, [true; 3], "200 keys all hashed to some nodes only");
+    for node in cluster.nodes() {
+        let info = node.cmd(&["CLUSTER", "INFO"]).as_string().unwrap();
+        assert!(info.contains("cluster_state:ok"), "{info}");
+    }
+}
