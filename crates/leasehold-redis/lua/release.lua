@@ -6,10 +6,13 @@
 -- ARGV[1]  owner token
 -- ARGV[2]  operation id
 -- ARGV[3]  fence (decimal)
+-- ARGV[4]  "1" to announce with SPUBLISH (sharded pub/sub, Cluster), else PUBLISH
 --
 -- Deletes only the exact grant "<fence>:<owner token>:<operation id>". The fence counter is
 -- never deleted. After a release the fence is published on the release channel, so that
--- waiters retry at once; an expiry publishes nothing. Allowed under maxmemory (allow-oom).
+-- waiters retry at once; an expiry publishes nothing. On a cluster the channel is a shard
+-- channel in the lease's slot, so SPUBLISH reaches the subscribers of this node only, with no
+-- broadcast over the cluster bus. Allowed under maxmemory (allow-oom).
 --
 -- Replies:
 --   {1}    released: the key was deleted and the release published
@@ -23,5 +26,9 @@ if current ~= ARGV[3] .. ':' .. ARGV[1] .. ':' .. ARGV[2] then
   return {-1}
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', KEYS[2], ARGV[3])
+if ARGV[4] == '1' then
+  redis.call('SPUBLISH', KEYS[2], ARGV[3])
+else
+  redis.call('PUBLISH', KEYS[2], ARGV[3])
+end
 return {1}

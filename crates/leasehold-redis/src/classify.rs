@@ -31,6 +31,8 @@ fn refused_before_execution(code: &str) -> Option<UnavailableCause> {
         "OOM" => UnavailableCause::OutOfMemory,
         "MISCONF" | "NOREPLICAS" => UnavailableCause::WritesRefused,
         "CLUSTERDOWN" | "TRYAGAIN" => UnavailableCause::ClusterDown,
+        // A redirect is answered instead of running the command: it ran nowhere.
+        "MOVED" | "ASK" => UnavailableCause::Redirected,
         _ => return None,
     })
 }
@@ -54,6 +56,13 @@ pub(crate) fn after_send(err: &RedisError) -> Classified {
         // writes before failing, and Redis does not roll them back.
         return Classified::Unknown(Indeterminate::new(
             IndeterminateCause::ServerError,
+            describe(err),
+        ));
+    }
+    if err.kind() == redis::ErrorKind::ClusterConnectionNotFound {
+        // The cluster client had no connection to the slot's node, so nothing was sent.
+        return Classified::NotApplied(Unavailable::new(
+            UnavailableCause::NotConnected,
             describe(err),
         ));
     }
@@ -109,6 +118,9 @@ mod tests {
             ("MISCONF", UnavailableCause::WritesRefused),
             ("NOREPLICAS", UnavailableCause::WritesRefused),
             ("CLUSTERDOWN", UnavailableCause::ClusterDown),
+            ("TRYAGAIN", UnavailableCause::ClusterDown),
+            ("MOVED", UnavailableCause::Redirected),
+            ("ASK", UnavailableCause::Redirected),
         ] {
             match after_send(&server_error(code, "refused")) {
                 Classified::NotApplied(u) => assert_eq!(u.cause, cause, "{code}"),

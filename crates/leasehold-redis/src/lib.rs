@@ -143,13 +143,16 @@ impl From<Failure> for Error {
 /// A lease client over Redis.
 pub type RedisLeases = LeaseClient<RedisBackend>;
 
-/// Leases on one Redis server (standalone).
+/// Leases on one Redis deployment: a standalone server ([`open`](Self::open)) or a Cluster
+/// ([`open_cluster`](Self::open_cluster)).
 pub struct RedisBackend {
     link: Link,
     notices: notices::Notices,
     keys: KeyLayout,
     settings: RedisSettings,
     endpoint: String,
+    /// Releases are announced with `SPUBLISH` (cluster) rather than `PUBLISH`.
+    sharded: bool,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -171,23 +174,81 @@ impl RedisBackend {
     ///
     /// [`Error::InvalidUrl`] if `url` cannot be parsed.
     pub fn open(url: &str, settings: RedisSettings) -> Result<Self, Error> {
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::InvalidUrl(format!("{} (URL not shown)", e.category())))?;
+        let client = redis::Client::open(url).map_err(|e| invalid_url(&e))?;
         let endpoint = client.get_connection_info().addr().to_string();
-        let notices = notices::Notices::new(client.clone(), settings.connect_timeout());
-        let link = Link::new(
-            client,
-            settings.command_timeout(),
+        let notices = notices::Notices::new(
+            notices::Source::Single(Box::new(client.clone())),
             settings.connect_timeout(),
-            settings.max_in_flight(),
         );
-        Ok(Self {
-            link,
+        let config = redis::AsyncConnectionConfig::new()
+            .set_response_timeout(Some(settings.command_timeout()))
+            .set_connection_timeout(Some(settings.connect_timeout()));
+        let connector = link::Connector::Single { client, config };
+        Ok(Self::with(connector, notices, settings, endpoint))
+    }
+
+    /// Makes a backend for the Redis Cluster reachable through `seeds` (one or more nodes'
+    /// `redis://` or `rediss://` URLs; the rest of the cluster is discovered). No I/O.
+    ///
+    /// Each script runs on the node that owns the lease's slot; the lease, its fence counter
+    /// and its release channel share that slot (the digest is a hash tag). Releases are
+    /// announced with sharded pub/sub (`SPUBLISH`, Redis 7 or later), so a release is one
+    /// message on one node, not a broadcast over the cluster bus. Commands are not retried by
+    /// the cluster client: a redirect (`MOVED`, `ASK`) during resharding is `Unavailable`
+    /// (`Redirected`) and the next try goes to the new owner.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`] if there is no seed or one cannot be parsed.
+    pub fn open_cluster<S: AsRef<str>>(
+        seeds: &[S],
+        settings: RedisSettings,
+    ) -> Result<Self, Error> {
+        let seeds = seeds
+            .iter()
+            .map(|url| redis::IntoConnectionInfo::into_connection_info(url.as_ref()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid_url(&e))?;
+        if seeds.is_empty() {
+            return Err(Error::InvalidUrl(
+                "a cluster needs at least one seed".into(),
+            ));
+        }
+        let endpoint = seeds
+            .iter()
+            .map(|s| s.addr().to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let client = redis::cluster::ClusterClientBuilder::new(seeds.clone())
+            .retries(0)
+            .response_timeout(settings.command_timeout())
+            .connection_timeout(settings.connect_timeout())
+            .build()
+            .map_err(|e| invalid_url(&e))?;
+        let notices =
+            notices::Notices::new(notices::Source::Cluster(seeds), settings.connect_timeout());
+        let connector = link::Connector::Cluster(client);
+        Ok(Self::with(connector, notices, settings, endpoint))
+    }
+
+    fn with(
+        connector: link::Connector,
+        notices: notices::Notices,
+        settings: RedisSettings,
+        endpoint: String,
+    ) -> Self {
+        Self {
+            sharded: matches!(connector, link::Connector::Cluster(_)),
+            link: Link::new(
+                connector,
+                settings.connect_timeout(),
+                settings.max_in_flight(),
+            ),
             notices,
             keys: KeyLayout::new(&settings),
             settings,
             endpoint,
-        })
+        }
     }
 
     /// Returns a [`LeaseClient`] over this backend, with the boot-time clock.
@@ -218,6 +279,11 @@ impl RedisBackend {
     pub fn keys(&self) -> &KeyLayout {
         &self.keys
     }
+}
+
+/// Describes a URL error without the URL, which may hold a password.
+fn invalid_url(err: &redis::RedisError) -> Error {
+    Error::InvalidUrl(format!("{} (URL not shown)", err.category()))
 }
 
 /// Turns an undecodable reply into `Indeterminate`: the script may have run.
@@ -285,7 +351,8 @@ impl LeaseBackend for RedisBackend {
                     .arg(&channel)
                     .arg(attempt.owner_token().expose_secret())
                     .arg(attempt.operation().as_str())
-                    .arg(grant.fence().get());
+                    .arg(grant.fence().get())
+                    .arg(if self.sharded { "1" } else { "0" });
             })
             .await;
         match reply {

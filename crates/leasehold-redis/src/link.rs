@@ -4,28 +4,78 @@
 //! failure cases must be told apart, and only this layer knows which one happened: a command
 //! that never found a connection was definitely not sent (`Unavailable`), while one handed to a
 //! connection that then failed may have run (`Indeterminate`).
+//!
+//! On a cluster the connection is redis-rs's cluster connection (one multiplexed connection per
+//! node, commands routed by their key's slot), built with *no retries*: it would otherwise
+//! resend a command after a dropped connection, and a release resent after it had applied
+//! would come back "absent" — a second answer that hides the first. A redirect (`MOVED`,
+//! `ASK`) is therefore returned to us, as `Unavailable`, and the client's slot map is refreshed
+//! for the next try.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use leasehold::{Failure, Indeterminate, IndeterminateCause, Unavailable, UnavailableCause};
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Cmd, Value};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Cmd, RedisResult, Value};
 use tokio::sync::Semaphore;
 
 use crate::classify::{self, Classified};
 use crate::scripts::LeaseScript;
 
+/// Makes connections: to one server, or to a cluster.
+#[derive(Clone)]
+pub(crate) enum Connector {
+    /// A standalone server.
+    Single {
+        client: redis::Client,
+        config: AsyncConnectionConfig,
+    },
+    /// A cluster, from its seed nodes.
+    Cluster(ClusterClient),
+}
+
+impl Connector {
+    async fn connect(&self) -> RedisResult<Connection> {
+        match self {
+            Connector::Single { client, config } => client
+                .get_multiplexed_async_connection_with_config(config)
+                .await
+                .map(Connection::Single),
+            Connector::Cluster(client) => {
+                client.get_async_connection().await.map(Connection::Cluster)
+            }
+        }
+    }
+}
+
+/// A live connection of either kind; both multiplex concurrent commands.
+#[derive(Clone)]
+enum Connection {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl Connection {
+    async fn query(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        match self {
+            Connection::Single(c) => cmd.query_async(c).await,
+            Connection::Cluster(c) => cmd.query_async(c).await,
+        }
+    }
+}
+
 /// A connection and its generation, so that only the broken one is forgotten.
 #[derive(Clone)]
 struct Current {
     generation: u64,
-    connection: MultiplexedConnection,
+    connection: Connection,
 }
 
 pub(crate) struct Link {
-    client: redis::Client,
-    config: AsyncConnectionConfig,
+    connector: Connector,
     connect_timeout: Duration,
     current: Mutex<Option<Current>>,
     generation: Mutex<u64>,
@@ -35,17 +85,12 @@ pub(crate) struct Link {
 
 impl Link {
     pub(crate) fn new(
-        client: redis::Client,
-        command_timeout: Duration,
+        connector: Connector,
         connect_timeout: Duration,
         max_in_flight: usize,
     ) -> Self {
-        let config = AsyncConnectionConfig::new()
-            .set_response_timeout(Some(command_timeout))
-            .set_connection_timeout(Some(connect_timeout));
         Self {
-            client,
-            config,
+            connector,
             connect_timeout,
             current: Mutex::new(None),
             generation: Mutex::new(0),
@@ -71,9 +116,7 @@ impl Link {
         if let Some(current) = self.cached() {
             return Ok(current);
         }
-        let connect = self
-            .client
-            .get_multiplexed_async_connection_with_config(&self.config);
+        let connect = self.connector.connect();
         let connection = match tokio::time::timeout(self.connect_timeout, connect).await {
             Ok(Ok(connection)) => connection,
             Ok(Err(err)) => return Err(classify::connect_failure(&err)),
@@ -112,7 +155,7 @@ impl Link {
     /// Sends one command on `connection`, classifying any failure.
     async fn send(&self, current: &Current, cmd: &Cmd) -> Result<Value, Classified> {
         let mut connection = current.connection.clone();
-        let result = match cmd.query_async::<Value>(&mut connection).await {
+        let result = match connection.query(cmd).await {
             Ok(Value::ServerError(err)) => Err(redis::RedisError::from(err)),
             other => other,
         };

@@ -6,13 +6,23 @@
 //! *every* waiter (so none sleeps through a release it could not hear), then reconnects and
 //! subscribes again; meanwhile waiters fall back to their timers. Notices are only hints:
 //! a missed one costs latency, never safety.
+//!
+//! On a standalone server this is classic `SUBSCRIBE` (the script uses `PUBLISH`). On a cluster
+//! it is sharded pub/sub: the script uses `SPUBLISH`, which stays on the node that owns the
+//! channel's slot (the lease's slot), and the subscriber is a RESP3 cluster connection whose
+//! `SSUBSCRIBE`s are routed to that node. That connection holds one link per node it needs;
+//! when one drops, redis-rs reconnects it and subscribes again, and tells us (a
+//! `Disconnection` push) so that waiters are woken here too.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures_util::StreamExt as _;
+use futures_util::stream::{self, BoxStream, StreamExt as _};
 use leasehold::ReleaseWatch;
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{ConnectionInfo, PushKind, RedisResult, Value};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::task::AbortOnDropHandle;
 
@@ -23,8 +33,17 @@ struct Running {
     _task: AbortOnDropHandle<()>,
 }
 
+/// Where the subscriber connects.
+#[derive(Clone)]
+pub(crate) enum Source {
+    /// A standalone server: classic pub/sub.
+    Single(Box<redis::Client>),
+    /// A cluster's seed nodes: sharded pub/sub.
+    Cluster(Vec<ConnectionInfo>),
+}
+
 pub(crate) struct Notices {
-    client: redis::Client,
+    source: Source,
     connect_timeout: Duration,
     channels: Channels,
     running: Mutex<Option<Running>>,
@@ -35,9 +54,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Notices {
-    pub(crate) fn new(client: redis::Client, connect_timeout: Duration) -> Self {
+    pub(crate) fn new(source: Source, connect_timeout: Duration) -> Self {
         Self {
-            client,
+            source,
             connect_timeout,
             channels: Arc::default(),
             running: Mutex::new(None),
@@ -72,7 +91,7 @@ impl Notices {
             };
             let (requests, rx) = mpsc::unbounded_channel();
             let task = runtime.spawn(run(
-                self.client.clone(),
+                self.source.clone(),
                 self.connect_timeout,
                 Arc::clone(&self.channels),
                 rx,
@@ -96,38 +115,119 @@ fn wake_all(channels: &Channels) {
     }
 }
 
+fn wake(channels: &Channels, channel: &str) {
+    let notify = lock(channels).get(channel).cloned();
+    if let Some(notify) = notify {
+        notify.notify_waiters();
+    }
+}
+
+/// What a subscriber connection delivers.
+enum Event {
+    /// A release was published on this channel.
+    Released(String),
+    /// One of the connection's links dropped; redis-rs reconnects it and subscribes again.
+    Disconnected,
+}
+
+/// The subscribing half of a subscriber connection.
+enum Subscriber {
+    Single(redis::aio::PubSubSink),
+    Cluster(ClusterConnection),
+}
+
+impl Subscriber {
+    async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Subscriber::Single(sink) => sink.subscribe(channel).await,
+            Subscriber::Cluster(connection) => connection.ssubscribe(channel).await,
+        }
+    }
+}
+
+/// Connects to `source`, returning the subscribing half and the stream of events.
+async fn connect(
+    source: &Source,
+    connect_timeout: Duration,
+) -> RedisResult<(Subscriber, BoxStream<'static, Event>)> {
+    match source {
+        Source::Single(client) => {
+            let (sink, messages) = client.get_async_pubsub().await?.split();
+            let events = messages
+                .map(|message| Event::Released(message.get_channel_name().to_owned()))
+                .boxed();
+            Ok((Subscriber::Single(sink), events))
+        }
+        Source::Cluster(seeds) => {
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let client = ClusterClientBuilder::new(seeds.clone())
+                .connection_timeout(connect_timeout)
+                .response_timeout(connect_timeout)
+                .use_protocol(redis::ProtocolVersion::RESP3)
+                .push_sender(tx)
+                .build()?;
+            let connection = client.get_async_connection().await?;
+            let events = stream::poll_fn(move |cx| rx.poll_recv(cx))
+                .filter_map(|push: redis::PushInfo| async move {
+                    match push.kind {
+                        PushKind::SMessage => match push.data.first() {
+                            Some(Value::BulkString(name)) => {
+                                Some(Event::Released(String::from_utf8_lossy(name).into_owned()))
+                            }
+                            _ => None,
+                        },
+                        PushKind::Disconnection => Some(Event::Disconnected),
+                        _ => None,
+                    }
+                })
+                .boxed();
+            Ok((Subscriber::Cluster(connection), events))
+        }
+    }
+}
+
+/// Subscribes to `channels`: in one command on a standalone server, one command each on a
+/// cluster, where channels of different slots cannot share an `SSUBSCRIBE`.
+async fn subscribe_all(subscriber: &mut Subscriber, channels: &[String]) -> RedisResult<()> {
+    match subscriber {
+        Subscriber::Single(sink) if !channels.is_empty() => sink.subscribe(channels).await,
+        Subscriber::Single(_) => Ok(()),
+        Subscriber::Cluster(connection) => {
+            for channel in channels {
+                connection.ssubscribe(channel).await?;
+            }
+            Ok(())
+        }
+    }
+}
+
 async fn run(
-    client: redis::Client,
+    source: Source,
     connect_timeout: Duration,
     channels: Channels,
     mut requests: mpsc::UnboundedReceiver<String>,
 ) {
     let mut backoff = Duration::from_millis(20);
     loop {
-        if let Ok(Ok(pubsub)) =
-            tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await
+        if let Ok(Ok((mut subscriber, mut events))) =
+            tokio::time::timeout(connect_timeout, connect(&source, connect_timeout)).await
         {
-            let (mut sink, mut stream) = pubsub.split();
             let all: Vec<String> = lock(&channels).keys().cloned().collect();
-            let subscribed = all.is_empty() || sink.subscribe(&all).await.is_ok();
-            if subscribed {
+            if subscribe_all(&mut subscriber, &all).await.is_ok() {
                 backoff = Duration::from_millis(20);
                 // Channels asked for while we were away are in `all` already.
                 while requests.try_recv().is_ok() {}
                 loop {
                     tokio::select! {
-                        message = stream.next() => match message {
-                            Some(message) => {
-                                let notify = lock(&channels).get(message.get_channel_name()).cloned();
-                                if let Some(notify) = notify {
-                                    notify.notify_waiters();
-                                }
-                            }
+                        event = events.next() => match event {
+                            Some(Event::Released(channel)) => wake(&channels, &channel),
+                            // A release may have gone unheard while the link was down.
+                            Some(Event::Disconnected) => wake_all(&channels),
                             None => break,
                         },
                         request = requests.recv() => match request {
                             Some(channel) => {
-                                if sink.subscribe(&channel).await.is_err() {
+                                if subscriber.subscribe(&channel).await.is_err() {
                                     break;
                                 }
                             }

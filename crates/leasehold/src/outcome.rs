@@ -42,6 +42,9 @@ pub enum UnavailableCause {
     WritesRefused,
     /// The cluster cannot serve the key's slot now (`CLUSTERDOWN`, `TRYAGAIN`).
     ClusterDown,
+    /// The key's slot is served by another cluster node (`MOVED`, `ASK`). The client refreshes
+    /// its slot map, so trying again reaches the right node.
+    Redirected,
     /// The script was missing even after it was loaded again (`NOSCRIPT` twice).
     ScriptMissing,
 }

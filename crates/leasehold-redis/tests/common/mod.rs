@@ -43,7 +43,9 @@ pub fn lease_key(client: &RedisLeases, request: &LeaseRequest) -> String {
 }
 
 /// Commands the lease scripts run *inside* EVALSHA; INFO commandstats counts them too.
-pub const SCRIPT_INTERNAL: &[&str] = &["get", "set", "incr", "pttl", "pexpire", "del", "publish"];
+pub const SCRIPT_INTERNAL: &[&str] = &[
+    "get", "set", "incr", "pttl", "pexpire", "del", "publish", "spublish",
+];
 
 /// Calls per command between two commandstats snapshots, leaving out INFO itself.
 pub fn delta(

@@ -1,0 +1,257 @@
+//! Leases on a real Redis Cluster (3 masters on loopback): scripts routed to the slot's node,
+//! releases announced by sharded pub/sub on that node only, redirects typed as not applied.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::request;
+use leasehold_redis::leasehold::{
+    AcquireOutcome, InspectOutcome, LeaseHandle, LeaseRequest, ReleaseOutcome, UnavailableCause,
+};
+use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
+use test_support::{RedisCluster, RedisServer, Reply};
+
+fn cluster_client(cluster: &RedisCluster) -> RedisLeases {
+    RedisBackend::open_cluster(&cluster.urls(), RedisSettings::default())
+        .expect("valid seeds")
+        .into_client()
+}
+
+/// The first resource name (`{prefix}0`, `{prefix}1`, …) whose lease lands on node `index`.
+fn resource_on(cluster: &RedisCluster, client: &RedisLeases, prefix: &str, index: usize) -> String {
+    (0..10_000)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|name| {
+            let probe = request(client, name, "probe", Duration::from_secs(1));
+            cluster.index_for_key(&common::lease_key(client, &probe)) == index
+        })
+        .expect("some resource hashes to every node")
+}
+
+fn release_channel(client: &RedisLeases, req: &LeaseRequest) -> String {
+    client
+        .backend()
+        .keys()
+        .release_channel(req.purpose(), req.resource())
+}
+
+/// Shard-channel subscribers of `channel` on `node` (`PUBSUB SHARDNUMSUB`).
+fn shard_subscribers(node: &RedisServer, channel: &str) -> i64 {
+    match node.cmd(&["PUBSUB", "SHARDNUMSUB", channel]) {
+        Reply::Array(Some(items)) => items.get(1).and_then(Reply::as_int).unwrap_or(0),
+        other => panic!("PUBSUB SHARDNUMSUB replied {other:?}"),
+    }
+}
+
+/// Waits (bounded) until `node` has a shard subscriber on `channel`.
+async fn until_shard_subscribed(node: &RedisServer, channel: &str) {
+    for _ in 0..500 {
+        if shard_subscribers(node, channel) >= 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no shard subscriber on {channel}");
+}
+
+#[tokio::test]
+async fn leases_live_on_the_node_that_owns_their_slot() {
+    let cluster = RedisCluster::start(3);
+    let client = cluster_client(&cluster);
+    client.backend().warm_up().await.expect("warm-up");
+    for index in 0..3 {
+        let resource = resource_on(&cluster, &client, "orders/", index);
+        let holder = request(&client, &resource, "op-a", Duration::from_secs(10));
+        let lease = match client.try_acquire(&holder).await {
+            AcquireOutcome::Acquired(lease) => lease,
+            other => panic!("node {index}: expected Acquired, got {other:?}"),
+        };
+        assert_eq!(lease.fence().get(), 1);
+        let key = common::lease_key(&client, &holder);
+        for (j, node) in cluster.nodes().iter().enumerate() {
+            let keys = node.keys();
+            let here = keys.contains(&key) && keys.contains(&format!("{key}:fence"));
+            assert_eq!(here, j == index, "node {j} keys {keys:?}");
+            assert!(keys.iter().all(|k| !k.contains("orders/")), "{keys:?}");
+        }
+        let other = request(&client, &resource, "op-b", Duration::from_secs(10));
+        match client.try_acquire(&other).await {
+            AcquireOutcome::Contended(c) => {
+                assert!(c.retry_after > Duration::from_secs(5), "{c:?}");
+                assert_eq!(c.fence, Some(lease.fence()));
+            }
+            other => panic!("node {index}: expected Contended, got {other:?}"),
+        }
+        assert!(lease.renew().await.is_renewed());
+        assert!(matches!(
+            client
+                .inspect(holder.purpose(), holder.resource(), Some(holder.attempt()))
+                .await,
+            InspectOutcome::HeldByThisAttempt(_)
+        ));
+        assert_eq!(lease.release().await, ReleaseOutcome::Released);
+        assert_eq!(
+            client
+                .inspect(holder.purpose(), holder.resource(), None)
+                .await,
+            InspectOutcome::Free
+        );
+    }
+}
+
+/// A holder with a 10 s lease on node `index`, and a waiter (8 s wait) parked behind it and
+/// shard-subscribed on that node.
+async fn hold_and_wait(
+    cluster: &RedisCluster,
+    client: &RedisLeases,
+    index: usize,
+) -> (
+    String,
+    LeaseHandle<RedisBackend>,
+    tokio::task::JoinHandle<(&'static str, Instant)>,
+) {
+    let resource = resource_on(cluster, client, "jobs/", index);
+    let holder = request(client, &resource, "op-a", Duration::from_secs(10));
+    let first = client.acquire(&holder).await.into_handle().expect("free");
+    let waiter = request(client, &resource, "op-b", Duration::from_secs(10))
+        .with_wait_timeout(Duration::from_secs(8))
+        .unwrap();
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move { (client.acquire(&waiter).await.name(), Instant::now()) })
+    };
+    let channel = release_channel(client, &holder);
+    until_shard_subscribed(&cluster.nodes()[index], &channel).await;
+    (channel, first, waiting)
+}
+
+fn stats(cluster: &RedisCluster) -> Vec<BTreeMap<String, u64>> {
+    cluster
+        .nodes()
+        .iter()
+        .map(RedisServer::commandstats)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_release_is_announced_by_spublish_on_the_slot_owner_only() {
+    let cluster = RedisCluster::start(3);
+    let client = cluster_client(&cluster);
+    let owner = 1;
+    let (channel, first, waiting) = hold_and_wait(&cluster, &client, owner).await;
+    for (j, node) in cluster.nodes().iter().enumerate() {
+        if j != owner {
+            assert_eq!(shard_subscribers(node, &channel), 0, "node {j}");
+        }
+    }
+    let before = stats(&cluster);
+    let released_at = Instant::now();
+    assert_eq!(first.release().await, ReleaseOutcome::Released);
+    let (outcome, acquired_at) = waiting.await.unwrap();
+    assert_eq!(outcome, "Acquired");
+    // The holder's TTL was 10 s: only the notice explains a hand-off this quick.
+    assert!(
+        acquired_at - released_at < Duration::from_secs(2),
+        "{:?}",
+        acquired_at - released_at
+    );
+    let after = stats(&cluster);
+    for (j, (before, after)) in before.iter().zip(&after).enumerate() {
+        let delta = common::delta(before, after);
+        let count = |name: &str| delta.get(name).copied().unwrap_or(0);
+        assert_eq!(
+            count("publish"),
+            0,
+            "node {j}: classic PUBLISH used {delta:?}"
+        );
+        if j == owner {
+            assert_eq!(count("spublish"), 1, "node {j}: {delta:?}");
+            assert!(count("evalsha") >= 2, "node {j}: {delta:?}");
+        } else {
+            assert_eq!(count("spublish"), 0, "node {j}: {delta:?}");
+            assert_eq!(count("evalsha"), 0, "node {j}: {delta:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_killed_shard_subscriber_resubscribes_and_still_hands_off() {
+    let cluster = RedisCluster::start(3);
+    let client = cluster_client(&cluster);
+    let owner = 2;
+    let (channel, first, waiting) = hold_and_wait(&cluster, &client, owner).await;
+    let node = &cluster.nodes()[owner];
+    let killed = node.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]).as_int();
+    assert_eq!(killed, Some(1));
+    // The subscriber's link to that node comes back on its own and subscribes again.
+    until_shard_subscribed(node, &channel).await;
+    let released_at = Instant::now();
+    assert_eq!(first.release().await, ReleaseOutcome::Released);
+    let (outcome, acquired_at) = waiting.await.unwrap();
+    assert_eq!(outcome, "Acquired");
+    assert!(
+        acquired_at - released_at < Duration::from_secs(2),
+        "{:?}",
+        acquired_at - released_at
+    );
+}
+
+#[tokio::test]
+async fn a_redirect_is_not_applied_and_a_later_try_reaches_the_new_owner() {
+    let cluster = RedisCluster::start(3);
+    let client = cluster_client(&cluster);
+    client.backend().warm_up().await.expect("warm-up");
+    let resource = resource_on(&cluster, &client, "moved/", 0);
+    let req = request(&client, &resource, "op-a", Duration::from_secs(10));
+    let key = common::lease_key(&client, &req);
+    let slot = cluster.slot(&key).to_string();
+    // Move the (empty) slot from node 0 to node 1 behind the client's back: its slot map is
+    // now stale, and its next command for this key meets MOVED.
+    let target = cluster.nodes()[1]
+        .cmd(&["CLUSTER", "MYID"])
+        .as_string()
+        .expect("a node id");
+    for node in [
+        &cluster.nodes()[1],
+        &cluster.nodes()[0],
+        &cluster.nodes()[2],
+    ] {
+        assert_eq!(
+            node.cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &target]),
+            Reply::Status("OK".into())
+        );
+    }
+    let mut redirects = 0;
+    let lease = loop {
+        match client.try_acquire(&req).await {
+            AcquireOutcome::Acquired(lease) => break lease,
+            AcquireOutcome::Unavailable(u) => {
+                assert_eq!(u.cause, UnavailableCause::Redirected, "{u}");
+                // Not applied means not applied: no node has the key.
+                for node in cluster.nodes() {
+                    assert!(!node.keys().contains(&key));
+                }
+                redirects += 1;
+                assert!(redirects < 100, "still redirected after 100 tries");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("expected Acquired or a redirect, got {other:?}"),
+        }
+    };
+    assert!(redirects >= 1, "the stale slot map was never used");
+    assert!(cluster.nodes()[1].keys().contains(&key));
+    assert!(!cluster.nodes()[0].keys().contains(&key));
+    assert_eq!(lease.fence().get(), 1);
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+}
+
+#[test]
+fn a_cluster_needs_a_seed_and_parsable_urls() {
+    let none: [&str; 0] = [];
+    assert!(RedisBackend::open_cluster(&none, RedisSettings::default()).is_err());
+    let err = RedisBackend::open_cluster(&["redis://:secret@[bad"], RedisSettings::default())
+        .expect_err("bad URL");
+    assert!(!err.to_string().contains("secret"), "{err}");
+}
