@@ -1,13 +1,14 @@
 //! `make bench` (part 2): hand-off latency — release returned → the waiter's Acquired — for
 //! leasehold's notified waiting, a 50 ms polling loop, and the `rslock` crate's acquire loop,
-//! in one run on one ephemeral redis-server. Prints p50 / p99 in microseconds.
+//! in one run on one ephemeral redis-server; and leasehold's notified waiting on an ephemeral
+//! 3-node Cluster (sharded pub/sub). Prints p50 / p99 in microseconds.
 
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use leasehold_redis::leasehold::{AcquireOutcome, OperationId, Purpose, ResourceDigest};
 use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
-use test_support::RedisServer;
+use test_support::{RedisCluster, RedisServer};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -148,6 +149,18 @@ async fn main() -> Res<()> {
     for i in 0..60 {
         rs.record(rslock_round(&manager, i).await?)?;
     }
+    let cluster = RedisCluster::start(3);
+    let open_cluster = || {
+        RedisBackend::open_cluster(&cluster.urls(), RedisSettings::default())
+            .map(RedisBackend::into_client)
+    };
+    let (holder, waiter) = (open_cluster()?, open_cluster()?);
+    holder.backend().warm_up().await?;
+    waiter.backend().warm_up().await?;
+    let mut sharded = new_hist()?;
+    for i in 0..300 {
+        sharded.record(leasehold_round(&holder, &waiter, i).await?)?;
+    }
     println!("hand-off latency on loopback: release returned -> waiter's Acquired, in µs");
     println!(
         "{:<34} {:>7} {:>10} {:>10}",
@@ -156,6 +169,7 @@ async fn main() -> Res<()> {
     row("leasehold acquire (notified)", &ours);
     row("50 ms polling loop (try_acquire)", &polling);
     row("rslock 0.10 acquire loop", &rs);
+    row("leasehold on a 3-node Cluster", &sharded);
     let p50 = ours.value_at_quantile(0.5).max(1);
     println!(
         "leasehold p50 is {:.0}x faster than polling and {:.0}x faster than rslock",
