@@ -9,8 +9,10 @@
 
 pub mod cluster;
 pub mod scenario;
+pub mod sentinel;
 
 pub use cluster::RedisCluster;
+pub use sentinel::RedisSentinel;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -231,6 +233,7 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
+    config_file: Option<PathBuf>,
     args: Vec<String>,
 }
 
@@ -261,14 +264,35 @@ impl RedisServer {
     ///
     /// The server's stderr and log if it exited, or a timeout, after five ports were tried.
     pub fn try_start_with_args(args: &[&str]) -> Result<Self, String> {
+        Self::try_start_with_config(None, args)
+    }
+
+    /// Starts a server whose configuration file (written into its directory, and passed first,
+    /// as redis-server requires) holds `config`, with extra arguments after it. A Sentinel
+    /// needs this: it rewrites its configuration file as it learns the topology.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_start_with_args`](Self::try_start_with_args).
+    pub fn try_start_with_config(config: Option<&str>, args: &[&str]) -> Result<Self, String> {
         let dir = tempfile::Builder::new()
             .prefix("leasehold-redis-")
             .tempdir()
             .expect("a temporary directory");
+        let config_file = match config {
+            Some(text) => {
+                let path = dir.path().join("redis.conf");
+                std::fs::write(&path, text)
+                    .map_err(|e| format!("writing {}: {e}", path.display()))?;
+                Some(path)
+            }
+            None => None,
+        };
         let mut server = Self {
             child: None,
             port: 0,
             dir,
+            config_file,
             args: args.iter().map(|a| (*a).to_owned()).collect(),
         };
         // A port found free can be taken before the server binds it: try a few.
@@ -291,6 +315,7 @@ impl RedisServer {
         let stderr = std::fs::File::create(&stderr_path)
             .map_err(|e| format!("creating {}: {e}", stderr_path.display()))?;
         let mut command = Command::new(&binary);
+        command.args(&self.config_file);
         command
             .arg("--port")
             .arg(self.port.to_string())

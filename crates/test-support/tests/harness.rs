@@ -180,3 +180,22 @@ fn a_cluster_serves_every_slot_and_redirects_the_rest() {
         assert!(info.contains("cluster_state:ok"), "{info}");
     }
 }
+
+#[test]
+fn a_sentinel_deployment_fails_over_to_its_replica() {
+    let deployment = test_support::RedisSentinel::start();
+    let first = deployment.master().port();
+    assert_ne!(deployment.replica().port(), first);
+    assert_eq!(
+        deployment.master().cmd(&["SET", "k", "v"]),
+        Reply::Status("OK".into())
+    );
+    assert_eq!(
+        deployment.master().cmd(&["WAIT", "1", "5000"]),
+        Reply::Int(1)
+    );
+    let promoted = deployment.failover();
+    assert_ne!(promoted.port(), first);
+    assert_eq!(promoted.cmd(&["GET", "k"]).as_string(), Some("v".into()));
+    assert_eq!(deployment.sentinel_urls().len(), 1);
+}
