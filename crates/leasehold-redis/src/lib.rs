@@ -143,8 +143,9 @@ impl From<Failure> for Error {
 /// A lease client over Redis.
 pub type RedisLeases = LeaseClient<RedisBackend>;
 
-/// Leases on one Redis deployment: a standalone server ([`open`](Self::open)) or a Cluster
-/// ([`open_cluster`](Self::open_cluster)).
+/// Leases on one Redis deployment: a standalone server ([`open`](Self::open)), a Cluster
+/// ([`open_cluster`](Self::open_cluster)) or a master found through Sentinel
+/// ([`open_sentinel`](Self::open_sentinel)).
 pub struct RedisBackend {
     link: Link,
     notices: notices::Notices,
@@ -180,10 +181,10 @@ impl RedisBackend {
             notices::Source::Single(Box::new(client.clone())),
             settings.connect_timeout(),
         );
-        let config = redis::AsyncConnectionConfig::new()
-            .set_response_timeout(Some(settings.command_timeout()))
-            .set_connection_timeout(Some(settings.connect_timeout()));
-        let connector = link::Connector::Single { client, config };
+        let connector = link::Connector::Single {
+            client,
+            config: connection_config(&settings),
+        };
         Ok(Self::with(connector, notices, settings, endpoint))
     }
 
@@ -228,6 +229,68 @@ impl RedisBackend {
         let notices =
             notices::Notices::new(notices::Source::Cluster(seeds), settings.connect_timeout());
         let connector = link::Connector::Cluster(client);
+        Ok(Self::with(connector, notices, settings, endpoint))
+    }
+
+    /// Makes a backend for the master that the Sentinels at `sentinels` (their `redis://`
+    /// URLs) name for `service`. No I/O.
+    ///
+    /// Every new connection asks the Sentinels for the current master (and checks with `ROLE`
+    /// that it agrees). A connection is dropped after it is lost, after a `READONLY` reply (a
+    /// demoted master) or after a response timeout (a stalled one), so the command after a
+    /// failover reaches the new master. `node` carries the master's credentials or TLS
+    /// settings when they differ from none; the Sentinels' own go in their URLs.
+    ///
+    /// A failover can lose the writes the old master had not yet replicated: a lease may then
+    /// be granted twice and a fence issued twice. See the README.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`] if there is no Sentinel or a URL cannot be parsed.
+    pub fn open_sentinel<S: AsRef<str>>(
+        sentinels: &[S],
+        service: &str,
+        node: Option<redis::sentinel::SentinelNodeConnectionInfo>,
+        settings: RedisSettings,
+    ) -> Result<Self, Error> {
+        let infos = sentinels
+            .iter()
+            .map(|url| redis::IntoConnectionInfo::into_connection_info(url.as_ref()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid_url(&e))?;
+        if infos.is_empty() {
+            return Err(Error::InvalidUrl(
+                "Sentinel needs at least one address".into(),
+            ));
+        }
+        let endpoint = format!(
+            "sentinel:{}@{}",
+            service,
+            infos
+                .iter()
+                .map(|s| s.addr().to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        // `build` takes a `String` without redis's `tls-rustls` feature and `impl AsRef<str>`
+        // with it; an owned `String` suits both.
+        #[allow(clippy::unnecessary_to_owned)]
+        let client = redis::sentinel::SentinelClient::build(
+            infos,
+            service.to_owned(),
+            node,
+            redis::sentinel::SentinelServerType::Master,
+        )
+        .map_err(|e| invalid_url(&e))?;
+        let sentinel = std::sync::Arc::new(tokio::sync::Mutex::new(client));
+        let notices = notices::Notices::new(
+            notices::Source::Sentinel(std::sync::Arc::clone(&sentinel)),
+            settings.connect_timeout(),
+        );
+        let connector = link::Connector::Sentinel {
+            sentinel,
+            config: connection_config(&settings),
+        };
         Ok(Self::with(connector, notices, settings, endpoint))
     }
 
@@ -279,6 +342,13 @@ impl RedisBackend {
     pub fn keys(&self) -> &KeyLayout {
         &self.keys
     }
+}
+
+/// The timeouts of a standalone or Sentinel-found connection.
+fn connection_config(settings: &RedisSettings) -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(settings.command_timeout()))
+        .set_connection_timeout(Some(settings.connect_timeout()))
 }
 
 /// Describes a URL error without the URL, which may hold a password.

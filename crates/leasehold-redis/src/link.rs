@@ -11,14 +11,19 @@
 //! would come back "absent" — a second answer that hides the first. A redirect (`MOVED`,
 //! `ASK`) is therefore returned to us, as `Unavailable`, and the client's slot map is refreshed
 //! for the next try.
+//!
+//! Behind Sentinel the connection goes to the master the Sentinels name at connect time; a
+//! lost connection, a `READONLY` reply (a demoted master) or a response timeout (a stalled
+//! one) drops it, so the next command asks the Sentinels again.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use leasehold::{Failure, Indeterminate, IndeterminateCause, Unavailable, UnavailableCause};
+use leasehold::{Failure, IndeterminateCause, Unavailable, UnavailableCause};
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, Cmd, RedisResult, Value};
 use tokio::sync::Semaphore;
 
@@ -35,6 +40,11 @@ pub(crate) enum Connector {
     },
     /// A cluster, from its seed nodes.
     Cluster(ClusterClient),
+    /// The master a set of Sentinels names, asked again for every new connection.
+    Sentinel {
+        sentinel: Arc<tokio::sync::Mutex<SentinelClient>>,
+        config: AsyncConnectionConfig,
+    },
 }
 
 impl Connector {
@@ -47,6 +57,33 @@ impl Connector {
             Connector::Cluster(client) => {
                 client.get_async_connection().await.map(Connection::Cluster)
             }
+            Connector::Sentinel { sentinel, config } => {
+                // redis-rs asks the Sentinels for the master and checks with ROLE that the
+                // node agrees before we connect to it.
+                let client = sentinel.lock().await.async_get_client().await?;
+                client
+                    .get_multiplexed_async_connection_with_config(config)
+                    .await
+                    .map(Connection::Single)
+            }
+        }
+    }
+
+    /// Returns true if and only if the connection should be dropped after `failure`, so that
+    /// the next command connects afresh. A lost connection always; a `READONLY` reply always
+    /// (we are talking to a replica: a demoted master, or a node an operator re-pointed); and
+    /// a response timeout when the target is discovered (Sentinel), since the master may have
+    /// been replaced while this one stalls — on a standalone server a new connection would go
+    /// to the same stalled process, and the cluster client tracks its nodes itself.
+    fn drops_connection_after(&self, failure: &Classified) -> bool {
+        match failure {
+            Classified::Unknown(i) => {
+                i.cause == IndeterminateCause::ConnectionLost
+                    || (i.cause == IndeterminateCause::ResponseTimeout
+                        && matches!(self, Connector::Sentinel { .. }))
+            }
+            Classified::NotApplied(u) => u.cause == UnavailableCause::ReadOnly,
+            Classified::NoScript => false,
         }
     }
 }
@@ -161,11 +198,7 @@ impl Link {
         };
         result.map_err(|err| {
             let classified = classify::after_send(&err);
-            if let Classified::Unknown(Indeterminate {
-                cause: IndeterminateCause::ConnectionLost,
-                ..
-            }) = classified
-            {
+            if self.connector.drops_connection_after(&classified) {
                 self.forget(current.generation);
             }
             classified

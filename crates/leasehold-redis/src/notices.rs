@@ -22,6 +22,7 @@ use futures_util::stream::{self, BoxStream, StreamExt as _};
 use leasehold::ReleaseWatch;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::sentinel::SentinelClient;
 use redis::{ConnectionInfo, PushKind, RedisResult, Value};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::task::AbortOnDropHandle;
@@ -40,6 +41,8 @@ pub(crate) enum Source {
     Single(Box<redis::Client>),
     /// A cluster's seed nodes: sharded pub/sub.
     Cluster(Vec<ConnectionInfo>),
+    /// The master the Sentinels name at each (re)connection: classic pub/sub.
+    Sentinel(Arc<tokio::sync::Mutex<SentinelClient>>),
 }
 
 pub(crate) struct Notices {
@@ -150,13 +153,20 @@ async fn connect(
     source: &Source,
     connect_timeout: Duration,
 ) -> RedisResult<(Subscriber, BoxStream<'static, Event>)> {
+    let classic = |pubsub: redis::aio::PubSub| {
+        let (sink, messages) = pubsub.split();
+        let events = messages
+            .map(|message| Event::Released(message.get_channel_name().to_owned()))
+            .boxed();
+        (Subscriber::Single(sink), events)
+    };
     match source {
-        Source::Single(client) => {
-            let (sink, messages) = client.get_async_pubsub().await?.split();
-            let events = messages
-                .map(|message| Event::Released(message.get_channel_name().to_owned()))
-                .boxed();
-            Ok((Subscriber::Single(sink), events))
+        Source::Single(client) => Ok(classic(client.get_async_pubsub().await?)),
+        Source::Sentinel(sentinel) => {
+            // A failover closes connections to the old master, so this runs again and finds
+            // the new one.
+            let client = sentinel.lock().await.async_get_client().await?;
+            Ok(classic(client.get_async_pubsub().await?))
         }
         Source::Cluster(seeds) => {
             let (tx, mut rx) = mpsc::unbounded_channel();

@@ -114,6 +114,10 @@ impl RedisSentinel {
     /// Forces a failover (`SENTINEL FAILOVER`) and waits (bounded) until the Sentinel names
     /// the former replica as master and that node says it is one. Returns the new master.
     ///
+    /// The old master may still believe it is one for a while (the Sentinel turns it into a
+    /// replica a little later, or when it comes back): writes sent to it meanwhile are lost.
+    /// [`wait_until_demoted`](Self::wait_until_demoted) waits for that step.
+    ///
     /// # Panics
     ///
     /// If the Sentinel refuses or the failover does not finish within 30 s.
@@ -129,6 +133,19 @@ impl RedisSentinel {
             port != old && field(d.master(), "replication", "role") == "master"
         });
         self.master()
+    }
+}
+
+impl RedisSentinel {
+    /// Waits (bounded) until `node` reports itself a replica.
+    ///
+    /// # Panics
+    ///
+    /// If it does not within 30 s.
+    pub fn wait_until_demoted(&self, node: &RedisServer) {
+        self.wait_until(Duration::from_secs(30), "demoted", |_| {
+            field(node, "replication", "role") == "slave"
+        });
     }
 }
 

@@ -1,0 +1,207 @@
+//! Leases through Sentinel (a master, a replica and a Sentinel on loopback): the master is
+//! found through the Sentinel, and after a failover the next command reaches the new master,
+//! with every outcome in between typed as not applied or unknown — never as a loss or a grant.
+
+mod common;
+
+use std::time::Duration;
+
+use common::request;
+use leasehold_redis::leasehold::{
+    AcquireOutcome, LeaseHandle, LeaseState, ReleaseOutcome, RenewOutcome,
+};
+use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
+use test_support::{RedisSentinel, Reply, sentinel::SERVICE};
+
+/// Long enough to outlive a failover on a loaded machine: these tests are about routing, and a
+/// lease that expired meanwhile would be (rightly) reported lost.
+const LEASE_TTL: Duration = Duration::from_secs(60);
+
+fn sentinel_client(deployment: &RedisSentinel) -> RedisLeases {
+    RedisBackend::open_sentinel(
+        &deployment.sentinel_urls(),
+        SERVICE,
+        None,
+        RedisSettings::default(),
+    )
+    .expect("valid sentinel URLs")
+    .into_client()
+}
+
+/// Renews until the server confirms (bounded). Until then every outcome must say "not
+/// applied" or "unknown": the key was replicated before the failover, so it is never lost.
+async fn renew_until_confirmed(lease: &LeaseHandle<RedisBackend>) -> usize {
+    for tries in 1..=100 {
+        match lease.renew().await {
+            RenewOutcome::Renewed { .. } => return tries,
+            RenewOutcome::Indeterminate(_) | RenewOutcome::Unavailable(_) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("try {tries}: {other:?}"),
+        }
+    }
+    panic!("no confirmed renewal after 100 tries");
+}
+
+#[tokio::test]
+async fn leases_go_to_the_master_the_sentinel_names() {
+    let deployment = RedisSentinel::start();
+    let client = sentinel_client(&deployment);
+    let holder = request(&client, "s1", "op-a", LEASE_TTL);
+    let lease = client
+        .try_acquire(&holder)
+        .await
+        .into_handle()
+        .expect("free");
+    let key = common::lease_key(&client, &holder);
+    assert!(deployment.master().keys().contains(&key));
+    let other = request(&client, "s1", "op-b", LEASE_TTL);
+    assert!(matches!(
+        client.try_acquire(&other).await,
+        AcquireOutcome::Contended(_)
+    ));
+    assert!(lease.renew().await.is_renewed());
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    assert!(!deployment.master().keys().contains(&key));
+}
+
+#[tokio::test]
+async fn after_a_failover_the_lease_is_renewed_on_the_promoted_replica() {
+    let deployment = RedisSentinel::start();
+    let client = sentinel_client(&deployment);
+    let holder = request(&client, "s2", "op-a", LEASE_TTL);
+    let lease = client
+        .try_acquire(&holder)
+        .await
+        .into_handle()
+        .expect("free");
+    assert_eq!(lease.fence().get(), 1);
+    // Replicated before the failover: this test is about routing, not about lost writes.
+    assert_eq!(
+        deployment.master().cmd(&["WAIT", "1", "5000"]),
+        Reply::Int(1)
+    );
+    let old_port = deployment.master().port();
+    let promoted = deployment.failover();
+    assert_ne!(promoted.port(), old_port);
+    // Until the old master is demoted it still takes writes (which the failover then loses):
+    // wait, so that this test is about reaching the new master.
+    deployment.wait_until_demoted(deployment.replica());
+
+    let renewals_before = promoted.commandstats().get("evalsha").copied().unwrap_or(0);
+    renew_until_confirmed(&lease).await;
+    let renewals_after = promoted.commandstats().get("evalsha").copied().unwrap_or(0);
+    assert!(
+        renewals_after > renewals_before,
+        "the renewal did not reach the new master"
+    );
+    assert_eq!(lease.state(), LeaseState::Active);
+    let key = common::lease_key(&client, &holder);
+    assert!(common::pttl(promoted, &key) > 30_000);
+    // The fence counter came across too: the next grant continues it.
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    let next = request(&client, "s2", "op-b", LEASE_TTL);
+    let second = client.try_acquire(&next).await.into_handle().expect("free");
+    assert_eq!(second.fence().get(), 2);
+    assert!(promoted.keys().contains(&key));
+    let _ = second.release().await;
+}
+
+#[tokio::test]
+async fn a_stalled_master_is_left_for_the_promoted_one() {
+    let deployment = RedisSentinel::start();
+    let client = sentinel_client(&deployment);
+    let holder = request(&client, "s3", "op-a", LEASE_TTL);
+    let lease = client
+        .try_acquire(&holder)
+        .await
+        .into_handle()
+        .expect("free");
+    assert_eq!(
+        deployment.master().cmd(&["WAIT", "1", "5000"]),
+        Reply::Int(1)
+    );
+    let old = deployment.master();
+    let _paused = old.pause();
+    // The client's connection still points at the stalled master: the renewal times out.
+    assert!(matches!(
+        lease.renew().await,
+        RenewOutcome::Indeterminate(_)
+    ));
+    let promoted = deployment.failover();
+    assert_ne!(promoted.port(), old.port());
+    // The timeout dropped that connection; the next one is made to the master the
+    // Sentinel names now.
+    renew_until_confirmed(&lease).await;
+    assert_eq!(lease.state(), LeaseState::Active);
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+}
+
+#[test]
+fn sentinel_needs_an_address_and_parsable_urls() {
+    let none: [&str; 0] = [];
+    assert!(RedisBackend::open_sentinel(&none, SERVICE, None, RedisSettings::default()).is_err());
+    let err = RedisBackend::open_sentinel(
+        &["redis://:secret@[bad"],
+        SERVICE,
+        None,
+        RedisSettings::default(),
+    )
+    .expect_err("bad URL");
+    assert!(!err.to_string().contains("secret"), "{err}");
+}
+
+#[tokio::test]
+async fn release_notices_still_hand_off_after_a_failover() {
+    let deployment = RedisSentinel::start();
+    let client = sentinel_client(&deployment);
+    // A first wait makes the subscriber connect (to the first master) before the failover.
+    let warm = request(&client, "s4", "op-warm", LEASE_TTL)
+        .with_wait_timeout(Duration::from_secs(1))
+        .unwrap();
+    let warm = client.acquire(&warm).await.into_handle().expect("free");
+    assert_eq!(warm.release().await, ReleaseOutcome::Released);
+    let promoted = deployment.failover();
+    deployment.wait_until_demoted(deployment.replica());
+    let holder = request(&client, "s4", "op-a", LEASE_TTL);
+    let lease = loop {
+        match client.try_acquire(&holder).await {
+            AcquireOutcome::Acquired(lease) => break lease,
+            AcquireOutcome::Indeterminate { .. } | AcquireOutcome::Unavailable(_) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    let evalsha = || promoted.commandstats().get("evalsha").copied().unwrap_or(0);
+    let before = evalsha();
+    let waiter = request(&client, "s4", "op-b", LEASE_TTL)
+        .with_wait_timeout(Duration::from_secs(8))
+        .unwrap();
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let outcome = client.acquire(&waiter).await.name();
+            (outcome, std::time::Instant::now())
+        })
+    };
+    // Release only once the waiter's first try has run (and met the holder), so that the
+    // hand-off must come from the notice and not from a first try after the release.
+    for _ in 0..500 {
+        if evalsha() > before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(evalsha() > before, "the waiter never tried");
+    let released_at = std::time::Instant::now();
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    let (outcome, acquired_at) = waiting.await.unwrap();
+    assert_eq!(outcome, "Acquired");
+    // The holder's TTL was 60 s: only a notice explains a hand-off this quick.
+    assert!(
+        acquired_at - released_at < Duration::from_secs(2),
+        "{:?}",
+        acquired_at - released_at
+    );
+}
