@@ -230,14 +230,28 @@ fn is_dead(pid: u32) -> bool {
     }
 }
 
-/// Returns true if and only if `pid` has a handler installed for signal `number`.
-fn catches(pid: u32, number: u32) -> bool {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigCgt:"))
-        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
-        .is_some_and(|mask| mask & (1 << (number - 1)) != 0)
+/// Counts the server's EVALSHA calls (every lease operation is one, NOSCRIPT refusals too), so
+/// that a test can wait until leasehold has tried once.
+struct EvalshaCounter<'s> {
+    server: &'s RedisServer,
+    before: u64,
+}
+
+fn evalsha_counter(server: &RedisServer) -> EvalshaCounter<'_> {
+    let before = evalsha_calls(server);
+    EvalshaCounter { server, before }
+}
+
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    server.commandstats().get("evalsha").copied().unwrap_or(0)
+}
+
+impl EvalshaCounter<'_> {
+    fn wait_for_more(&self) {
+        wait_until("leasehold's first try", || {
+            (evalsha_calls(self.server) > self.before).then_some(())
+        });
+    }
 }
 
 fn send(pid: u32, signal: rustix::process::Signal) {
@@ -418,6 +432,7 @@ fn a_held_lease_is_not_acquired_within_the_wait_75() {
 fn a_waiting_run_starts_when_the_holder_releases() {
     let server = RedisServer::start();
     let mut held = Held::new(&server, "r", Duration::from_secs(30));
+    let first_try = evalsha_counter(&server);
     let mut command = leasehold(&server.url());
     command.args([
         "run",
@@ -430,17 +445,14 @@ fn a_waiting_run_starts_when_the_holder_releases() {
         "echo $LEASEHOLD_FENCE",
     ]);
     let running = Running::start(command);
-    let pid = running.pid();
-    // Once it catches signals it is past parsing and on its way to the server.
-    wait_until("leasehold to catch SIGINT", || {
-        catches(pid, 2).then_some(())
-    });
+    first_try.wait_for_more();
     let released_at = Instant::now();
     held.release();
     let done = running.finish();
     done.assert_code(0);
     assert_eq!(done.stdout.trim(), "2");
-    // Woken by the release notice (or the first retry), not by the 20 s deadline.
+    // Woken by the release notice: the holder's TTL (its retry-after) and the deadline are
+    // 20 s and more away.
     assert!(done.at - released_at < Duration::from_secs(10), "{done:#?}");
 }
 
@@ -553,17 +565,20 @@ fn a_lease_lost_to_another_stops_the_command_70() {
 fn a_stopped_server_stops_the_command_before_validity_ends_70() {
     let server = RedisServer::start();
     let scratch = Scratch::new();
-    let ttl = Duration::from_secs(3);
+    // Long enough that the stop margin (TTL / 20 = 200 ms) dwarfs leasehold's start-up time,
+    // which this test must count against it (see `before_start`).
+    let ttl = Duration::from_secs(4);
     let mut command = leasehold(&server.url());
     // A long grace and a command that ignores SIGTERM: only the cap can stop it in time.
     command
-        .args(["run", "r", "--ttl", "3s", "--grace", "1m", "--"])
+        .args(["run", "r", "--ttl", "4s", "--grace", "1m", "--"])
         .args(scratch.sh(&format!(
             r#"trap 'echo TERM >> "$D/signals"' TERM
                echo $$ > "$D/pid"
                {SPIN}"#
         )));
-    // Validity is counted from before the acquire was sent, which is after this instant.
+    // Validity is counted from before the acquire was sent, which is after this instant: the
+    // assertion below is stricter than the truth by leasehold's start-up time.
     let before_start = Instant::now();
     let running = Running::start(command);
     let pid: u32 = wait_for_file(&scratch.path("pid")).trim().parse().unwrap();
@@ -617,16 +632,15 @@ fn interrupted_while_waiting_is_130_and_leaves_no_grant() {
     let server = RedisServer::start();
     let scratch = Scratch::new();
     let held = Held::new(&server, "r", Duration::from_secs(30));
+    let first_try = evalsha_counter(&server);
     let mut command = leasehold(&server.url());
     command
         .args(["run", "r", "--wait", "20s", "--"])
         .args(scratch.sh("touch \"$D/ran\""));
     let running = Running::start(command);
-    let pid = running.pid();
-    wait_until("leasehold to catch SIGINT", || {
-        catches(pid, 2).then_some(())
-    });
-    send(pid, rustix::process::Signal::INT);
+    // Waiting: tried once, contended, and asleep until the holder's TTL or a release notice.
+    first_try.wait_for_more();
+    send(running.pid(), rustix::process::Signal::INT);
     let done = running.finish();
     done.assert_code(130);
     assert!(!scratch.path("ran").exists(), "the command ran");
