@@ -50,6 +50,13 @@ impl Caught {
         }
     }
 
+    fn name(self) -> &'static str {
+        match self {
+            Caught::Interrupt => "SIGINT",
+            Caught::Terminate => "SIGTERM",
+        }
+    }
+
     /// The exit code of a process ended by this signal.
     fn exit_code(self) -> u8 {
         match self {
@@ -106,7 +113,7 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
     let acquired = tokio::select! {
         acquired = acquire(&client, &request, &shown) => acquired,
         caught = signals.next() => {
-            eprintln!("leasehold: {caught:?} before the command started; giving up");
+            eprintln!("leasehold: {} before the command started; giving up", caught.name());
             abandon(&client, &request).await;
             return caught.exit_code();
         }
@@ -159,18 +166,20 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
     };
 
     let (status, stopped) = supervise(&mut child, group, &kept, stop, &mut signals).await;
-    if stopped {
-        // Whatever the command started and left behind must not outlive the lease either.
+    if stopped || status.is_err() {
+        // Whatever the command started and left behind (or a command we lost track of) must
+        // not outlive the lease.
         group.signal(Signal::KILL);
-        report_release(kept.release().await);
+    }
+    report_release(kept.release().await);
+    if stopped {
         eprintln!("leasehold: the command was stopped because the lease was lost");
         return exit::LEASE_LOST;
     }
-    report_release(kept.release().await);
     match status {
         Ok(status) => exit::of_child(status),
         Err(e) => {
-            eprintln!("leasehold: lost track of the command: {e}");
+            eprintln!("leasehold: lost track of the command ({e}); it was killed");
             exit::FAILURE
         }
     }
