@@ -27,9 +27,9 @@ lint:
 docs:
 	RUSTDOCFLAGS="-D warnings -D missing_docs" $(CARGO) doc --no-deps $(LIB_CRATES) --all-features
 
-## demo: the lease story on an ephemeral local redis-server.
+## demo: the fencing story, told by the `leasehold` binary on an ephemeral local redis-server.
 demo:
-	$(CARGO) run -q -p leasehold-redis --example demo
+	$(CARGO) run -q -p leasehold-cli -- demo
 
 ## bench: operation latency against raw redis-rs, hand-off latency against polling and rslock,
 ## and 10,000 kept leases for 60 s, each on an ephemeral redis-server.

@@ -1,0 +1,223 @@
+//! The command line as typed: clap's view of the flags, before any validation of meaning.
+//!
+//! Everything here is syntax. Whether a TTL is long enough, a purpose well formed or a URL
+//! parseable is decided in [`crate::config`], which turns these into what the commands act on.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::exit;
+
+/// The default Redis URL.
+pub(crate) const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+const ABOUT: &str = "Distributed leases on Redis: run a command under a lease, inspect a lease.";
+
+const LONG_ABOUT: &str = "\
+Distributed leases on Redis: run a command under a lease, inspect a lease, and see fencing at
+work in a demo.
+
+A lease lets one process at a time do a piece of work. Every grant carries a fencing token (a
+number that grows with every new grant of a resource); pass it to whatever the work writes to,
+so that a holder that was paused past its lease cannot overwrite a newer holder's work.
+
+Resource names are hashed (SHA-256) before they are sent: the raw name never reaches Redis.";
+
+/// The `leasehold` command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "leasehold",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_help = exit::SUMMARY,
+    after_long_help = exit::TABLE,
+)]
+pub(crate) struct Cli {
+    /// Redis URL: redis://[user:password@]host:port[/db], rediss:// for TLS, unix:///path.
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "LEASEHOLD_REDIS_URL",
+        // The variable may hold a password: never show its value in --help.
+        hide_env_values = true,
+        default_value = DEFAULT_REDIS_URL,
+    )]
+    pub(crate) redis: String,
+
+    /// Namespace every key starts with ([A-Za-z0-9._-], at most 64 bytes).
+    #[arg(
+        long,
+        global = true,
+        value_name = "NS",
+        env = "LEASEHOLD_NAMESPACE",
+        default_value = "leasehold"
+    )]
+    pub(crate) namespace: String,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run a command while holding a lease on RESOURCE; stop it if the lease is lost.
+    #[command(long_about = RUN_LONG_ABOUT, after_help = exit::SUMMARY, after_long_help = exit::TABLE)]
+    Run(RunArgs),
+    /// Print who holds the lease on RESOURCE.
+    #[command(long_about = INSPECT_LONG_ABOUT)]
+    Inspect(InspectArgs),
+    /// Tell the fencing story on an ephemeral local redis-server (or on --redis URL).
+    #[command(long_about = DEMO_LONG_ABOUT)]
+    Demo,
+}
+
+const RUN_LONG_ABOUT: &str = "\
+Run a command while holding a lease on RESOURCE.
+
+leasehold acquires the lease (waiting up to --wait), starts the command with these variables in
+its environment:
+
+  LEASEHOLD_FENCE            the fencing token of this grant (decimal); pass it to every write
+  LEASEHOLD_RESOURCE_DIGEST  the resource's digest (sha256:...), as stored in Redis
+  LEASEHOLD_TTL_MS           the lease's TTL in milliseconds
+
+and renews the lease while the command runs. SIGINT and SIGTERM sent to leasehold are passed on
+to the command. If the lease is lost, or its validity is about to end because renewals fail,
+leasehold sends SIGTERM to the command and SIGKILL after --grace, but never later than just
+before the lease's validity ends: the command is dead before anyone else can be granted the
+lease. When the command exits, the lease is released.
+
+The command runs in its own process group, and signals go to the whole group, so that stopping
+it also stops whatever it started. It is meant for non-interactive commands.";
+
+const INSPECT_LONG_ABOUT: &str = "\
+Print who holds the lease on RESOURCE: held (fence, time left, holder fingerprint) or free.
+
+The holder is a fingerprint of its owner token (16 hex digits), never the token itself.
+With --json, prints one object:
+  {\"state\":\"held\"|\"free\",\"fence\":N|null,\"remaining_ms\":N|null,\"holder\":\"...\"|null}
+
+Exit status: 0 held or free, 69 Redis unavailable or no answer, 2 usage error.";
+
+const DEMO_LONG_ABOUT: &str = "\
+Tell the fencing story: worker A acquires a lease and stalls past its expiry, worker B acquires
+the next fence and writes to an `orders` table in an in-memory SQLite database, and A's stale
+write, when it wakes, changes no row.
+
+Without --redis on the command line, starts its own redis-server (from LEASEHOLD_REDIS_SERVER or
+PATH) on a free port in a temporary directory, and stops it at the end; LEASEHOLD_REDIS_URL is
+ignored, so the demo never writes to a server you did not name.
+
+Exit status: 0 the story ran, 69 no redis-server could be started or reached, 1 otherwise.";
+
+/// `leasehold run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The resource to lease, by its raw name (hashed before it is sent).
+    #[arg(value_name = "RESOURCE")]
+    pub(crate) resource: OsString,
+
+    /// Why the resource is leased ([a-z0-9._-], at most 64 bytes); part of the key.
+    #[arg(long, value_name = "P", default_value = "cli")]
+    pub(crate) purpose: String,
+
+    /// Lease time to live, renewed while the command runs (e.g. 500ms, 2s, 1m).
+    #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_duration)]
+    pub(crate) ttl: Duration,
+
+    /// How long to wait for the lease if another holder has it (0s: try once).
+    #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_duration)]
+    pub(crate) wait: Duration,
+
+    /// Time between SIGTERM and SIGKILL when the lease is lost (capped by what is left of it).
+    #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_duration)]
+    pub(crate) grace: Duration,
+
+    /// The command to run and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `leasehold inspect`.
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    /// The resource, by its raw name (hashed before it is sent).
+    #[arg(value_name = "RESOURCE")]
+    pub(crate) resource: OsString,
+
+    /// The purpose the lease was taken for.
+    #[arg(long, value_name = "P", default_value = "cli")]
+    pub(crate) purpose: String,
+
+    /// Print one JSON object instead of a sentence.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Parses a humantime duration (`500ms`, `2s`, `1m`, `1h 30m`).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{e} (expected e.g. 500ms, 2s, 1m)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_are_humantime() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        for bad in ["", "5", "5x", "-1s", "1.5.2s"] {
+            let message = parse_duration(bad).unwrap_err();
+            assert!(message.contains("expected e.g."), "{bad:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn run_takes_the_command_after_the_separator() {
+        let cli = Cli::try_parse_from([
+            "leasehold",
+            "run",
+            "orders/42",
+            "--ttl",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run");
+        };
+        assert_eq!(run.resource, "orders/42");
+        assert_eq!(run.ttl, Duration::from_secs(2));
+        assert_eq!(run.wait, Duration::ZERO);
+        assert_eq!(run.grace, Duration::from_secs(5));
+        assert_eq!(run.purpose, "cli");
+        assert_eq!(run.command, ["sh", "-c", "exit 3"]);
+    }
+
+    #[test]
+    fn global_flags_go_before_or_after_the_subcommand() {
+        for argv in [
+            &["leasehold", "--namespace", "ns1", "inspect", "r"][..],
+            &["leasehold", "inspect", "r", "--namespace", "ns1"][..],
+        ] {
+            let cli = Cli::try_parse_from(argv).unwrap();
+            assert_eq!(cli.namespace, "ns1");
+        }
+    }
+}

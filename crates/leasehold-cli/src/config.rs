@@ -1,0 +1,330 @@
+//! The command line validated into what the commands act on, before any I/O.
+//!
+//! Every check that can fail on the user's input happens here, so that a bad flag is a usage
+//! error (exit 2) and never a half-done operation: the library's own validation (purpose,
+//! namespace, TTL above the drift budget, wait bound, URL syntax) runs here too.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::os::unix::ffi::OsStrExt as _;
+use std::time::Duration;
+
+use leasehold_redis::leasehold::{
+    Attempt, DriftBudget, LeaseRequest, MAX_WAIT, OperationId, Purpose, ResourceDigest,
+};
+use leasehold_redis::{RedisBackend, RedisSettings};
+
+use crate::args::{Cli, Command, InspectArgs, RunArgs};
+use crate::redact::mask_url;
+use crate::stop::StopPolicy;
+
+/// The shortest TTL `run` accepts: renewals, the loss signal and stopping the command all need
+/// room inside the lease (the library's own floor is only "above the drift budget").
+pub(crate) const MIN_RUN_TTL: Duration = Duration::from_millis(100);
+/// The longest grace `run` accepts (far beyond any sensible value; keeps deadlines finite).
+pub(crate) const MAX_GRACE: Duration = Duration::from_secs(60 * 60);
+
+/// What to do, validated.
+#[derive(Debug)]
+pub(crate) enum Config {
+    Run(RunConfig),
+    Inspect(InspectConfig),
+    Demo(DemoConfig),
+}
+
+/// Why the command line cannot be acted on.
+#[derive(Debug)]
+pub(crate) enum ConfigError {
+    /// The user's input is wrong: exit 2.
+    Usage(String),
+    /// The input is fine but something needed to prepare failed (the OS random source).
+    Setup(String),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Usage(m) | ConfigError::Setup(m) => f.write_str(m),
+        }
+    }
+}
+
+fn usage(message: impl Into<String>) -> ConfigError {
+    ConfigError::Usage(message.into())
+}
+
+/// A Redis server to talk to: the backend (URL parsed, not connected) and how to name it.
+pub(crate) struct Target {
+    pub(crate) backend: RedisBackend,
+    /// The URL with its credentials masked, for messages.
+    pub(crate) shown: String,
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Target")
+            .field("shown", &self.shown)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Target {
+    fn open(url: &str, settings: RedisSettings) -> Result<Self, ConfigError> {
+        let shown = mask_url(url);
+        let backend = RedisBackend::open(url, settings)
+            .map_err(|e| usage(format!("--redis {shown}: {e}")))?;
+        Ok(Self { backend, shown })
+    }
+}
+
+/// `leasehold run`, validated.
+#[derive(Debug)]
+pub(crate) struct RunConfig {
+    pub(crate) target: Target,
+    /// The request, with its attempt made once here and kept for every replay.
+    pub(crate) request: LeaseRequest,
+    pub(crate) stop: StopPolicy,
+    pub(crate) program: OsString,
+    pub(crate) args: Vec<OsString>,
+}
+
+/// `leasehold inspect`, validated.
+#[derive(Debug)]
+pub(crate) struct InspectConfig {
+    pub(crate) target: Target,
+    pub(crate) purpose: Purpose,
+    pub(crate) resource: ResourceDigest,
+    /// The raw name, for the human-readable line only (it is never sent).
+    pub(crate) resource_name: String,
+    pub(crate) json: bool,
+}
+
+/// `leasehold demo`, validated.
+#[derive(Debug)]
+pub(crate) struct DemoConfig {
+    /// The server named on the command line; `None` starts an ephemeral one.
+    pub(crate) url: Option<String>,
+    pub(crate) settings: RedisSettings,
+}
+
+impl Config {
+    /// Validates the parsed command line. `redis_on_command_line` says whether `--redis` was
+    /// typed (rather than taken from the environment or the default): only then does `demo`
+    /// use it.
+    pub(crate) fn from_cli(cli: Cli, redis_on_command_line: bool) -> Result<Self, ConfigError> {
+        let settings = RedisSettings::default()
+            .with_namespace(&cli.namespace)
+            .map_err(|e| usage(format!("--namespace: {e}")))?;
+        match cli.command {
+            Command::Run(args) => run(&cli.redis, settings, args).map(Config::Run),
+            Command::Inspect(args) => inspect(&cli.redis, settings, args).map(Config::Inspect),
+            Command::Demo => Ok(Config::Demo(DemoConfig {
+                url: redis_on_command_line.then_some(cli.redis),
+                settings,
+            })),
+        }
+    }
+}
+
+fn purpose(text: &str) -> Result<Purpose, ConfigError> {
+    Purpose::new(text).map_err(|e| usage(format!("--purpose {text:?}: {e}")))
+}
+
+fn resource(raw: &OsString) -> Result<ResourceDigest, ConfigError> {
+    if raw.is_empty() {
+        return Err(usage("RESOURCE must not be empty"));
+    }
+    Ok(ResourceDigest::of(raw.as_bytes()))
+}
+
+/// Timeouts scaled to the lease: a renewal that hangs for the library's default 200 ms, or a
+/// reconnect that takes its default 1 s, must not eat a short lease before the loss signal
+/// can fire. Never longer than the defaults.
+fn settings_for_ttl(settings: RedisSettings, ttl: Duration) -> Result<RedisSettings, ConfigError> {
+    let defaults = RedisSettings::default();
+    let tenth = (ttl / 10).max(Duration::from_millis(1));
+    settings
+        .with_command_timeout(defaults.command_timeout().min(tenth))
+        .and_then(|s| s.with_connect_timeout(defaults.connect_timeout().min(tenth)))
+        .map_err(|e| usage(format!("--ttl: {e}")))
+}
+
+fn run(url: &str, settings: RedisSettings, args: RunArgs) -> Result<RunConfig, ConfigError> {
+    let purpose = purpose(&args.purpose)?;
+    let resource = resource(&args.resource)?;
+    let operation = OperationId::new(format!("leasehold-run-{}", std::process::id()))
+        .map_err(|e| ConfigError::Setup(e.to_string()))?;
+    let attempt = Attempt::new(operation).map_err(|e| ConfigError::Setup(e.to_string()))?;
+    let drift = DriftBudget::default();
+    let request = LeaseRequest::new(purpose, resource, attempt, args.ttl, drift).map_err(|e| {
+        usage(format!(
+            "--ttl {}: {e}",
+            humantime::format_duration(args.ttl)
+        ))
+    })?;
+    if args.ttl < MIN_RUN_TTL {
+        return Err(usage(format!(
+            "--ttl {}: must be at least {} for `run` (renewals and stopping the command need room \
+             inside the lease)",
+            humantime::format_duration(args.ttl),
+            humantime::format_duration(MIN_RUN_TTL),
+        )));
+    }
+    let request = request.with_wait_timeout(args.wait).map_err(|_| {
+        usage(format!(
+            "--wait {}: must be at most {}",
+            humantime::format_duration(args.wait),
+            humantime::format_duration(MAX_WAIT),
+        ))
+    })?;
+    if args.grace > MAX_GRACE {
+        return Err(usage(format!(
+            "--grace {}: must be at most {}",
+            humantime::format_duration(args.grace),
+            humantime::format_duration(MAX_GRACE),
+        )));
+    }
+    let mut command = args.command.into_iter();
+    let program = command
+        .next()
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| usage("no command given after `--`"))?;
+    let settings = settings_for_ttl(settings, args.ttl)?;
+    Ok(RunConfig {
+        target: Target::open(url, settings)?,
+        stop: StopPolicy::new(args.ttl, args.grace),
+        request,
+        program,
+        args: command.collect(),
+    })
+}
+
+fn inspect(
+    url: &str,
+    settings: RedisSettings,
+    args: InspectArgs,
+) -> Result<InspectConfig, ConfigError> {
+    Ok(InspectConfig {
+        purpose: purpose(&args.purpose)?,
+        resource: resource(&args.resource)?,
+        resource_name: args.resource.to_string_lossy().into_owned(),
+        json: args.json,
+        target: Target::open(url, settings)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    fn config(argv: &[&str]) -> Result<Config, ConfigError> {
+        let mut full = vec!["leasehold", "--redis", "redis://127.0.0.1:1"];
+        full.extend_from_slice(argv);
+        Config::from_cli(Cli::try_parse_from(full).expect("parses"), true)
+    }
+
+    fn usage_message(argv: &[&str]) -> String {
+        match config(argv) {
+            Err(ConfigError::Usage(m)) => m,
+            other => panic!("{argv:?}: expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_valid_run_becomes_a_request() {
+        let Ok(Config::Run(run)) = config(&[
+            "run",
+            "orders/42",
+            "--ttl",
+            "2s",
+            "--wait",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            "true",
+        ]) else {
+            panic!("not a run config");
+        };
+        assert_eq!(run.request.ttl(), Duration::from_secs(2));
+        assert_eq!(run.request.wait_timeout(), Duration::from_secs(1));
+        assert_eq!(run.request.resource(), &ResourceDigest::of("orders/42"));
+        assert_eq!(run.request.purpose().as_str(), "cli");
+        assert_eq!(run.program, "sh");
+        assert_eq!(run.args, ["-c", "true"]);
+        // Timeouts scaled to the short lease.
+        let settings = run.target.backend.settings();
+        assert_eq!(settings.command_timeout(), Duration::from_millis(200));
+        assert_eq!(settings.connect_timeout(), Duration::from_millis(200));
+    }
+
+    #[test]
+    fn short_leases_get_short_timeouts() {
+        let Ok(Config::Run(run)) = config(&["run", "r", "--ttl", "500ms", "--", "true"]) else {
+            panic!("not a run config");
+        };
+        let settings = run.target.backend.settings();
+        assert_eq!(settings.command_timeout(), Duration::from_millis(50));
+        assert_eq!(settings.connect_timeout(), Duration::from_millis(50));
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors_with_the_flag_named() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["run", "r", "--ttl", "10ms", "--", "true"], "--ttl 10ms"),
+            (
+                &["run", "r", "--ttl", "1500us", "--", "true"],
+                "whole number",
+            ),
+            (
+                &["run", "r", "--ttl", "50ms", "--", "true"],
+                "at least 100ms",
+            ),
+            (&["run", "r", "--ttl", "2days", "--", "true"], "--ttl"),
+            (&["run", "r", "--wait", "2h", "--", "true"], "--wait 2h"),
+            (&["run", "r", "--grace", "2h", "--", "true"], "--grace 2h"),
+            (&["run", "r", "--purpose", "Bad", "--", "true"], "--purpose"),
+            (&["run", "", "--", "true"], "RESOURCE"),
+            (&["run", "r", "--", ""], "no command"),
+            (&["inspect", "r", "--purpose", "a:b"], "--purpose"),
+            (&["--namespace", "a:b", "inspect", "r"], "--namespace"),
+        ];
+        for (argv, needle) in cases {
+            let message = usage_message(argv);
+            assert!(message.contains(needle), "{argv:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_bad_url_is_a_usage_error_that_does_not_echo_a_password() {
+        let cli = Cli::try_parse_from([
+            "leasehold",
+            "--redis",
+            "redis://:hunter2@host:notaport",
+            "inspect",
+            "r",
+        ])
+        .unwrap();
+        match Config::from_cli(cli, true) {
+            Err(ConfigError::Usage(m)) => {
+                assert!(m.contains("--redis"), "{m}");
+                assert!(!m.contains("hunter2"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_demo_uses_only_a_typed_url() {
+        let cli = || Cli::try_parse_from(["leasehold", "demo"]).unwrap();
+        let Ok(Config::Demo(demo)) = Config::from_cli(cli(), false) else {
+            panic!("not a demo");
+        };
+        assert_eq!(demo.url, None);
+        let Ok(Config::Demo(demo)) = Config::from_cli(cli(), true) else {
+            panic!("not a demo");
+        };
+        assert!(demo.url.is_some());
+    }
+}

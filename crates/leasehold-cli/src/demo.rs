@@ -1,0 +1,244 @@
+//! `leasehold demo`: why a lease needs a fencing token, told in the terminal.
+//!
+//! Worker A acquires and stalls past its lease; worker B acquires the next fence and writes to
+//! an `orders` table in SQLite through the fenced-update pattern; A wakes and its stale write
+//! changes no row. Both workers live in this process and share one client, as two processes
+//! would share one Redis.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use leasehold_redis::leasehold::{
+    AcquireOutcome, FenceToken, InspectOutcome, LeaseRequest, OperationId, Purpose, ResourceDigest,
+    Watchdog,
+};
+use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
+use rusqlite::{Connection, named_params};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::config::DemoConfig;
+use crate::exit;
+use crate::local_redis::{LocalRedis, StartError};
+use crate::redact::mask_url;
+use crate::run::format_duration;
+
+/// Prints a line to stdout, returning early with the error if stdout is gone.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stdout(), $($arg)*)?
+    };
+}
+
+/// The resource both workers want.
+const RESOURCE: &str = "orders/42";
+const ORDER_ID: i64 = 42;
+/// A's lease: short, so that the story does not drag.
+const A_TTL: Duration = Duration::from_secs(1);
+/// How long A stalls: well past its TTL.
+const A_STALL: Duration = Duration::from_millis(1500);
+const B_TTL: Duration = Duration::from_secs(5);
+
+/// The fenced-update pattern: a write lands only if no newer fence has written already.
+const FENCED_UPDATE: &str =
+    "UPDATE orders SET status = :status, fence = :fence WHERE id = :id AND fence <= :fence";
+
+/// Runs `leasehold demo` and returns its exit code.
+pub(crate) async fn demo(config: DemoConfig) -> u8 {
+    let (mut interrupt, mut terminate) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(i), Ok(t)) => (i, t),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("leasehold: cannot catch signals: {e}");
+            return exit::FAILURE;
+        }
+    };
+    // The story runs inside the select, so that Ctrl-C drops it and with it the local
+    // redis-server it started.
+    tokio::select! {
+        code = start_and_tell(config) => code,
+        _ = interrupt.recv() => { eprintln!("\ninterrupted"); 130 }
+        _ = terminate.recv() => { eprintln!("\nterminated"); 143 }
+    }
+}
+
+async fn start_and_tell(config: DemoConfig) -> u8 {
+    let (url, origin, _server) = match config.url {
+        Some(url) => {
+            let origin = format!("{} (named with --redis)", mask_url(&url));
+            (url, origin, None)
+        }
+        None => match LocalRedis::start().await {
+            Ok(server) => {
+                let origin = format!(
+                    "redis-server {} on 127.0.0.1:{}, ephemeral\n       (temporary directory, no \
+                     persistence, stopped at the end)",
+                    server.version(),
+                    server.port()
+                );
+                (server.url(), origin, Some(server))
+            }
+            Err(StartError::Missing(hint)) => {
+                eprintln!("leasehold: {hint}");
+                return exit::UNAVAILABLE;
+            }
+            Err(StartError::Failed(e)) => {
+                eprintln!("leasehold: could not start redis-server: {e:#}");
+                return exit::UNAVAILABLE;
+            }
+        },
+    };
+    match tell(&url, &origin, config.settings).await {
+        Ok(()) => 0,
+        // Piped into `head`, say: stop quietly, as a killed-by-SIGPIPE tool would.
+        Err(e) if exit::is_broken_pipe(&e) => exit::BROKEN_PIPE,
+        Err(e) => {
+            eprintln!("leasehold: the demo failed: {e:#}");
+            exit::FAILURE
+        }
+    }
+}
+
+fn request(client: &RedisLeases, worker: &str, ttl: Duration) -> anyhow::Result<LeaseRequest> {
+    let attempt = client.new_attempt(OperationId::new(format!("demo-worker-{worker}"))?)?;
+    Ok(client.request(
+        Purpose::new("demo")?,
+        ResourceDigest::of(RESOURCE),
+        attempt,
+        ttl,
+    )?)
+}
+
+fn open_store() -> rusqlite::Result<Connection> {
+    let db = Connection::open_in_memory()?;
+    db.execute_batch(
+        "CREATE TABLE orders (
+             id     INTEGER PRIMARY KEY,
+             status TEXT    NOT NULL,
+             fence  INTEGER NOT NULL DEFAULT 0
+         );
+         INSERT INTO orders (id, status) VALUES (42, 'new');",
+    )?;
+    Ok(db)
+}
+
+/// Writes through the fenced-update pattern and prints the statement and the rows changed.
+fn fenced_write(
+    db: &Connection,
+    who: &str,
+    status: &str,
+    fence: FenceToken,
+) -> anyhow::Result<usize> {
+    let fence_value = i64::try_from(fence.get()).context("fence beyond SQLite's integers")?;
+    say!(
+        "   {who}: UPDATE orders SET status = '{status}', fence = {fence} WHERE id = {ORDER_ID} \
+         AND fence <= {fence}"
+    );
+    let changed = db.execute(
+        FENCED_UPDATE,
+        named_params! {":status": status, ":fence": fence_value, ":id": ORDER_ID},
+    )?;
+    Ok(changed)
+}
+
+fn show_order(db: &Connection) -> anyhow::Result<()> {
+    let (status, fence): (String, i64) = db.query_row(
+        "SELECT status, fence FROM orders WHERE id = ?1",
+        [ORDER_ID],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
+    say!("orders: id {ORDER_ID} | status '{status}' | fence {fence}");
+    Ok(())
+}
+
+async fn tell(url: &str, origin: &str, settings: RedisSettings) -> anyhow::Result<()> {
+    say!("leasehold demo: a fencing token stops a stale writer\n");
+    say!("Redis: {origin}");
+    let client = RedisBackend::open(url, settings)?.into_client();
+    let db = open_store()?;
+    say!(
+        "Store: SQLite in memory, table orders(id, status, fence); order {ORDER_ID} is 'new' \
+         with fence 0\n"
+    );
+
+    say!(
+        "1. Worker A acquires the lease on \"{RESOURCE}\" for {}.",
+        format_duration(A_TTL)
+    );
+    let a = match client.try_acquire(&request(&client, "a", A_TTL)?).await {
+        AcquireOutcome::Acquired(lease) => lease,
+        other => bail!("A was not granted the lease: {}", other.name()),
+    };
+    say!("   A holds fence {}.", a.fence());
+
+    let b_request = request(&client, "b", B_TTL)?;
+    match client.try_acquire(&b_request).await {
+        AcquireOutcome::Contended(c) => say!(
+            "2. Worker B tries at the same time: contended, held by {} (fence {}); B may retry \
+             in {}.",
+            c.holder.map_or_else(|| "?".to_owned(), |h| h.to_string()),
+            c.fence.map_or_else(|| "?".to_owned(), |f| f.to_string()),
+            format_duration(c.retry_after),
+        ),
+        other => bail!("B should have been contended, got {}", other.name()),
+    }
+
+    say!(
+        "3. Worker A stalls for {} (a GC pause, a swapped-out VM, a SIGSTOP) and cannot renew.",
+        format_duration(A_STALL)
+    );
+    tokio::time::sleep(A_STALL).await;
+    let view = client
+        .inspect(&Purpose::new("demo")?, &ResourceDigest::of(RESOURCE), None)
+        .await;
+    if view != InspectOutcome::Free {
+        bail!("the lease should have expired, inspect says {view:?}");
+    }
+    say!(
+        "   A's handle now says {:?}, and Redis has let the key expire: inspect says free.",
+        a.state()
+    );
+
+    let b = match client.try_acquire(&b_request).await {
+        AcquireOutcome::Acquired(lease) => lease,
+        other => bail!(
+            "B was not granted the lease after A's expiry: {}",
+            other.name()
+        ),
+    };
+    say!(
+        "4. Worker B acquires: fence {}. A watchdog renews B's lease while it works.",
+        b.fence()
+    );
+    let watchdog = Watchdog::default();
+    let b = watchdog
+        .keep(b)
+        .map_err(|(e, _)| e)
+        .context("keeping B's lease alive")?;
+    let changed = fenced_write(&db, "B", "packed by B", b.handle().fence())?;
+    say!("      {changed} row changed: accepted.");
+    if changed != 1 {
+        bail!("B's write should have landed");
+    }
+
+    say!("5. Worker A wakes up, unaware, and finishes its work with its old fence:");
+    let changed = fenced_write(&db, "A", "shipped by A", a.fence())?;
+    if changed != 0 {
+        bail!("A's stale write landed: {changed} rows changed");
+    }
+    say!(
+        "      0 rows changed: the stale write was REJECTED (fence {} is older than {}).",
+        a.fence(),
+        b.handle().fence()
+    );
+
+    say!("6. Worker B releases the lease: {:?}.\n", b.release().await);
+    show_order(&db)?;
+    say!(
+        "\nThe lease kept A and B apart only while A ran on time. The fencing token, checked\n\
+         where the write lands, is what kept A's late write out."
+    );
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! Exit codes: a contract scripts depend on. Change none without a changelog entry.
+//!
+//! The numbers outside the child's own range follow `sysexits.h` where one fits (75
+//! `EX_TEMPFAIL`: try again later; 69 `EX_UNAVAILABLE`; 70 `EX_SOFTWARE`), the shell's
+//! conventions for a command that cannot be run (126, 127) or was ended by signal N (128 + N),
+//! and clap's 2 for usage errors.
+
+use std::process::{ExitCode, ExitStatus};
+
+/// A flag, a duration or a value is wrong; nothing was sent.
+pub(crate) const USAGE: u8 = 2;
+/// The lease was not acquired within `--wait` (another holder has it).
+pub(crate) const NOT_ACQUIRED: u8 = 75;
+/// Redis is unavailable, or the outcome stayed unknown, before the command started.
+pub(crate) const UNAVAILABLE: u8 = 69;
+/// The lease was lost while the command ran; the command was stopped.
+pub(crate) const LEASE_LOST: u8 = 70;
+/// The command was found but could not be started.
+pub(crate) const CANNOT_EXECUTE: u8 = 126;
+/// The command was not found.
+pub(crate) const NOT_FOUND: u8 = 127;
+/// Anything else went wrong (the demo's story broke, say).
+pub(crate) const FAILURE: u8 = 1;
+/// Stdout was closed under us (`leasehold demo | head`): 128 + SIGPIPE, as the shell reports a
+/// tool that SIGPIPE ended. (Rust programs ignore SIGPIPE, so the write fails instead.)
+pub(crate) const BROKEN_PIPE: u8 = 128 + 13;
+
+/// Returns true if and only if `error` is, or was caused by, a write to a closed pipe.
+pub(crate) fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// The short form, shown under `-h`.
+pub(crate) const SUMMARY: &str = "\
+Exit status of `run`: the command's own (128+N if signal N ended it); 75 lease not acquired
+within --wait; 69 Redis unavailable or outcome unknown before the command started; 70 lease
+lost while the command ran (it was stopped); 126/127 command not executable / not found;
+2 usage error. Use --help for more.";
+
+/// The full table, shown under `--help`.
+pub(crate) const TABLE: &str = "\
+Exit status of `run`:
+  0-255    the command ran to completion: its own exit code
+  128+N    the command was ended by signal N (e.g. 143 for SIGTERM, 137 for SIGKILL)
+  75       the lease was not acquired within --wait: another holder has it
+  69       Redis unavailable, or the acquire's outcome stayed unknown, before the command
+           started; the command was not started
+  70       the lease was lost while the command ran; the command was stopped
+  126      the command could not be executed
+  127      the command was not found
+  2        usage error: a bad flag, duration or value; nothing was sent
+If leasehold itself gets SIGINT or SIGTERM before the command starts, it gives up and exits
+with 128+N (130, 143).
+
+`inspect`: 0 (held or free), 69 Redis unavailable or no answer, 2 usage error.
+`demo`: 0, 69 no redis-server could be started or reached, 1 otherwise.
+
+Environment: LEASEHOLD_REDIS_URL (--redis), LEASEHOLD_NAMESPACE (--namespace),
+LEASEHOLD_REDIS_SERVER (the redis-server binary `demo` starts).";
+
+/// The exit code that reports how a child process ended: its code, or 128 + the signal.
+pub(crate) fn of_child(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt as _;
+    if let Some(code) = status.code() {
+        // A process's exit code is already 0..=255 on Unix.
+        return u8::try_from(code & 0xff).unwrap_or(FAILURE);
+    }
+    match status.signal() {
+        Some(signal) => u8::try_from(128 + signal).unwrap_or(FAILURE),
+        None => FAILURE,
+    }
+}
+
+/// Converts to `ExitCode`.
+pub(crate) fn code(code: u8) -> ExitCode {
+    ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt as _;
+
+    #[test]
+    fn children_report_their_code_or_128_plus_the_signal() {
+        // Raw wait statuses: exit code in the high byte, terminating signal in the low bits.
+        assert_eq!(of_child(ExitStatus::from_raw(0)), 0);
+        assert_eq!(of_child(ExitStatus::from_raw(7 << 8)), 7);
+        assert_eq!(of_child(ExitStatus::from_raw(255 << 8)), 255);
+        assert_eq!(of_child(ExitStatus::from_raw(15)), 143);
+        assert_eq!(of_child(ExitStatus::from_raw(9)), 137);
+        assert_eq!(of_child(ExitStatus::from_raw(2)), 130);
+    }
+
+    #[test]
+    fn the_codes_are_distinct() {
+        let codes = [
+            USAGE,
+            NOT_ACQUIRED,
+            UNAVAILABLE,
+            LEASE_LOST,
+            CANNOT_EXECUTE,
+            NOT_FOUND,
+            FAILURE,
+            BROKEN_PIPE,
+        ];
+        let mut sorted = codes.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), codes.len());
+    }
+}

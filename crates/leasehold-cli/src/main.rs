@@ -1,0 +1,98 @@
+//! `leasehold`: run a command under a Redis lease, inspect a lease, and a fencing demo.
+//!
+//! Thin by design: parse the command line ([`args`]), validate it into a config before any
+//! I/O ([`config`]), then act ([`run`], [`inspect`], [`demo`]). The exit codes are a contract
+//! ([`exit`]).
+//!
+//! # Layout
+//!
+//! - [`args`]: clap's view of the flags;
+//! - [`config`]: validation into what the commands act on;
+//! - [`run`]: acquire, supervise the command, release; [`stop`]: when and how it is stopped;
+//! - [`inspect`]: who holds a lease;
+//! - [`demo`] and [`local_redis`]: the fencing story on an ephemeral redis-server;
+//! - [`redact`]: URLs fit to print.
+
+#![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
+#![forbid(unsafe_code)]
+
+mod args;
+mod config;
+mod demo;
+mod exit;
+mod inspect;
+mod local_redis;
+mod redact;
+mod run;
+mod stop;
+
+use std::process::ExitCode;
+
+use clap::parser::ValueSource;
+use clap::{CommandFactory as _, FromArgMatches as _};
+
+use crate::args::Cli;
+use crate::config::{Config, ConfigError};
+
+fn main() -> ExitCode {
+    let matches = match Cli::command().try_get_matches() {
+        Ok(matches) => matches,
+        // --help and --version land here too, with exit code 0.
+        Err(e) => return exit_with_clap_error(&e),
+    };
+    let redis_typed = matches.value_source("redis") == Some(ValueSource::CommandLine);
+    let subcommand = matches.subcommand_name().map(str::to_owned);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => return exit_with_clap_error(&e),
+    };
+    let config = match Config::from_cli(cli, redis_typed) {
+        Ok(config) => config,
+        Err(ConfigError::Usage(message)) => {
+            return exit_with_clap_error(&usage_error(subcommand.as_deref(), message));
+        }
+        Err(e @ ConfigError::Setup(_)) => {
+            eprintln!("leasehold: {e}");
+            return exit::code(exit::FAILURE);
+        }
+    };
+    // rediss:// needs a TLS crypto provider; ring is the one compiled in. An error only means
+    // one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("leasehold: cannot start the async runtime: {e}");
+            return exit::code(exit::FAILURE);
+        }
+    };
+    let code = runtime.block_on(async move {
+        match config {
+            Config::Run(config) => run::run(config).await,
+            Config::Inspect(config) => inspect::inspect(config).await,
+            Config::Demo(config) => demo::demo(config).await,
+        }
+    });
+    exit::code(code)
+}
+
+/// A validation error in clap's format, with the usage line of the subcommand it is about.
+fn usage_error(subcommand: Option<&str>, message: String) -> clap::Error {
+    let mut command = Cli::command();
+    // Building sets each subcommand's full name ("leasehold run") for its usage line.
+    command.build();
+    let kind = clap::error::ErrorKind::ValueValidation;
+    match subcommand.and_then(|name| command.find_subcommand_mut(name)) {
+        Some(sub) => sub.error(kind, message),
+        None => command.error(kind, message),
+    }
+}
+
+fn exit_with_clap_error(e: &clap::Error) -> ExitCode {
+    let _ = e.print();
+    // clap uses 2 for usage errors and 0 for --help / --version.
+    exit::code(u8::try_from(e.exit_code()).unwrap_or(exit::USAGE))
+}

@@ -1,0 +1,412 @@
+//! `leasehold run`: acquire, run the command under the lease, stop it on loss, release.
+//!
+//! The order of events is the safety argument:
+//!
+//! 1. The command starts only with a *confirmed* grant: `Acquired`, or `Replayed` when an
+//!    unknown outcome was resolved by replaying the same attempt.
+//! 2. While it runs, the watchdog renews the lease. When the loss signal fires, or the
+//!    validity left falls to the backstop (should the signal be late), the command's process
+//!    group gets SIGTERM, then SIGKILL after the grace, capped so that the command is dead a
+//!    margin before the validity ends ([`StopPolicy`]).
+//! 3. The lease is released only after the command has exited.
+
+use std::ffi::OsStr;
+use std::io;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use leasehold_redis::RedisBackend;
+use leasehold_redis::RedisLeases;
+use leasehold_redis::leasehold::{
+    AcquireOutcome, InspectOutcome, KeptLease, LeaseHandle, LeaseRequest, ReleaseOutcome, Watchdog,
+};
+use rustix::process::Signal;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::Instant;
+
+use crate::config::RunConfig;
+use crate::exit;
+use crate::stop::{ProcessGroup, StopPolicy};
+
+/// How long an unknown acquire outcome is replayed before giving up (never past the TTL).
+const RESOLVE_BUDGET: Duration = Duration::from_secs(1);
+/// Pause between replays that found no connection, so a refused port is not hammered.
+const REPLAY_PAUSE: Duration = Duration::from_millis(50);
+/// How long cleanup after an interrupted acquire may take.
+const CLEANUP_BUDGET: Duration = Duration::from_secs(1);
+
+/// A signal leasehold passes on to the command (or gives up on, before the command starts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caught {
+    Interrupt,
+    Terminate,
+}
+
+impl Caught {
+    fn signal(self) -> Signal {
+        match self {
+            Caught::Interrupt => Signal::INT,
+            Caught::Terminate => Signal::TERM,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Caught::Interrupt => "SIGINT",
+            Caught::Terminate => "SIGTERM",
+        }
+    }
+
+    /// The exit code of a process ended by this signal.
+    fn exit_code(self) -> u8 {
+        match self {
+            Caught::Interrupt => 128 + 2,
+            Caught::Terminate => 128 + 15,
+        }
+    }
+}
+
+/// SIGINT and SIGTERM, caught from the start so that neither kills leasehold while it holds
+/// (or may hold) a lease.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> io::Result<Self> {
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// Waits for the next one. Cancel safe.
+    async fn next(&mut self) -> Caught {
+        tokio::select! {
+            Some(()) = self.interrupt.recv() => Caught::Interrupt,
+            Some(()) = self.terminate.recv() => Caught::Terminate,
+            else => std::future::pending().await,
+        }
+    }
+}
+
+/// Runs `leasehold run` and returns its exit code.
+pub(crate) async fn run(config: RunConfig) -> u8 {
+    let mut signals = match Signals::new() {
+        Ok(signals) => signals,
+        Err(e) => {
+            eprintln!("leasehold: cannot catch signals: {e}");
+            return exit::FAILURE;
+        }
+    };
+    let RunConfig {
+        target,
+        request,
+        stop,
+        program,
+        args,
+    } = config;
+    let shown = target.shown;
+    let client = RedisBackend::into_client(target.backend);
+
+    let acquired = tokio::select! {
+        acquired = acquire(&client, &request, &shown) => acquired,
+        caught = signals.next() => {
+            eprintln!("leasehold: {} before the command started; giving up", caught.name());
+            abandon(&client, &request).await;
+            return caught.exit_code();
+        }
+    };
+    let lease = match acquired {
+        Ok(lease) => lease,
+        Err(code) => return code,
+    };
+
+    let watchdog = Watchdog::default();
+    let kept = match watchdog.keep(lease) {
+        Ok(kept) => kept,
+        Err((e, lease)) => {
+            eprintln!("leasehold: cannot keep the lease alive: {e}; the command was not started");
+            report_release(lease.release().await);
+            return exit::UNAVAILABLE;
+        }
+    };
+    // A replayed grant may have little validity left: never start work that would have to be
+    // stopped at once.
+    if kept.signal().is_lost() || kept.handle().remaining_validity() <= stop.backstop() {
+        eprintln!(
+            "leasehold: the grant is about to expire (validity left {}); the command was not \
+             started",
+            format_duration(kept.handle().remaining_validity())
+        );
+        report_release(kept.release().await);
+        return exit::UNAVAILABLE;
+    }
+
+    let mut child = match spawn(&program, &args, kept.handle()) {
+        Ok(child) => child,
+        Err(e) => {
+            let code = if e.kind() == io::ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::CANNOT_EXECUTE
+            };
+            eprintln!("leasehold: cannot run {}: {e}", program.display());
+            report_release(kept.release().await);
+            return code;
+        }
+    };
+    let Some(group) = child.id().and_then(ProcessGroup::led_by) else {
+        // A freshly spawned child always has a pid; this is unreachable in practice.
+        eprintln!("leasehold: the command has no process id; stopping it");
+        let _ = child.kill().await;
+        report_release(kept.release().await);
+        return exit::FAILURE;
+    };
+
+    let (status, stopped) = supervise(&mut child, group, &kept, stop, &mut signals).await;
+    if stopped || status.is_err() {
+        // Whatever the command started and left behind (or a command we lost track of) must
+        // not outlive the lease.
+        group.signal(Signal::KILL);
+    }
+    report_release(kept.release().await);
+    if stopped {
+        eprintln!("leasehold: the command was stopped because the lease was lost");
+        return exit::LEASE_LOST;
+    }
+    match status {
+        Ok(status) => exit::of_child(status),
+        Err(e) => {
+            eprintln!("leasehold: lost track of the command ({e}); it was killed");
+            exit::FAILURE
+        }
+    }
+}
+
+/// Acquires, waiting up to the request's wait timeout; resolves an unknown outcome by replay.
+async fn acquire(
+    client: &RedisLeases,
+    request: &LeaseRequest,
+    shown: &str,
+) -> Result<LeaseHandle<RedisBackend>, u8> {
+    match client.acquire(request).await {
+        AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease) => Ok(lease),
+        AcquireOutcome::Indeterminate { cause, .. } => {
+            eprintln!(
+                "leasehold: the acquire's outcome is unknown ({cause}); replaying the same \
+                 attempt to find out"
+            );
+            resolve(client, request, shown, cause.to_string()).await
+        }
+        other => Err(not_acquired(other, request, shown)),
+    }
+}
+
+/// Replays the same attempt until the outcome is known or the budget is spent.
+///
+/// A replay either finds this attempt's grant (`Replayed`: confirmed, with the validity the
+/// server has left), makes it now (`Acquired`), or finds another holder. Giving up leaves a
+/// grant that may exist to its TTL: without a reply there is no handle to release it with.
+async fn resolve(
+    client: &RedisLeases,
+    request: &LeaseRequest,
+    shown: &str,
+    mut last: String,
+) -> Result<LeaseHandle<RedisBackend>, u8> {
+    let budget = RESOLVE_BUDGET.min(request.ttl());
+    let deadline = Instant::now() + budget;
+    while Instant::now() < deadline {
+        match client.try_acquire(request).await {
+            AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease) => return Ok(lease),
+            AcquireOutcome::Indeterminate { cause, .. } => last = cause.to_string(),
+            AcquireOutcome::Unavailable(u) => {
+                last = u.to_string();
+                tokio::time::sleep(REPLAY_PAUSE).await;
+            }
+            AcquireOutcome::Overloaded => tokio::time::sleep(REPLAY_PAUSE).await,
+            other => return Err(not_acquired(other, request, shown)),
+        }
+    }
+    eprintln!(
+        "leasehold: the outcome is still unknown after {} ({last}); a grant may exist for this \
+         attempt and will expire within {}; the command was not started",
+        format_duration(budget),
+        format_duration(request.ttl()),
+    );
+    Err(exit::UNAVAILABLE)
+}
+
+/// Reports an outcome that carries no lease and returns the exit code for it.
+fn not_acquired(outcome: AcquireOutcome<RedisBackend>, request: &LeaseRequest, shown: &str) -> u8 {
+    match outcome {
+        AcquireOutcome::Contended(c) | AcquireOutcome::OwnerOperationConflict(c) => {
+            let holder = c
+                .holder
+                .map_or_else(|| "another owner".to_owned(), |h| h.to_string());
+            let fence = c
+                .fence
+                .map_or_else(String::new, |f| format!(" with fence {f}"));
+            let within = if request.wait_timeout().is_zero() {
+                String::new()
+            } else {
+                format!(" within {}", format_duration(request.wait_timeout()))
+            };
+            eprintln!(
+                "leasehold: not acquired{within}: held by {holder}{fence}, retry after {}",
+                format_duration(c.retry_after)
+            );
+            exit::NOT_ACQUIRED
+        }
+        AcquireOutcome::Unavailable(u) => {
+            eprintln!("leasehold: Redis unavailable at {shown}: {u}; the command was not started");
+            exit::UNAVAILABLE
+        }
+        AcquireOutcome::Overloaded => {
+            eprintln!("leasehold: too many commands in flight; the command was not started");
+            exit::UNAVAILABLE
+        }
+        other => {
+            eprintln!(
+                "leasehold: unexpected acquire outcome {}; the command was not started",
+                other.name()
+            );
+            exit::UNAVAILABLE
+        }
+    }
+}
+
+/// Cleans up after an acquire that was interrupted: a grant may exist for the attempt.
+async fn abandon(client: &RedisLeases, request: &LeaseRequest) {
+    let cleanup = async {
+        // Read-only first: replaying when nothing is held would make a grant just to drop it.
+        let held = client
+            .inspect(
+                request.purpose(),
+                request.resource(),
+                Some(request.attempt()),
+            )
+            .await;
+        if matches!(held, InspectOutcome::Free | InspectOutcome::HeldByOther(_)) {
+            return;
+        }
+        if let Some(lease) = client.try_acquire(request).await.into_handle() {
+            report_release(lease.release().await);
+        }
+    };
+    if tokio::time::timeout(CLEANUP_BUDGET, cleanup).await.is_err() {
+        eprintln!("leasehold: no answer while cleaning up; a grant may live until its TTL");
+    }
+}
+
+fn spawn(
+    program: &OsStr,
+    args: &[std::ffi::OsString],
+    lease: &LeaseHandle<RedisBackend>,
+) -> io::Result<tokio::process::Child> {
+    tokio::process::Command::new(program)
+        .args(args)
+        .env("LEASEHOLD_FENCE", lease.fence().get().to_string())
+        .env("LEASEHOLD_RESOURCE_DIGEST", lease.resource().as_str())
+        .env("LEASEHOLD_TTL_MS", lease.ttl().as_millis().to_string())
+        // Its own group: a stop reaches everything it started, and a terminal's Ctrl-C reaches
+        // it once, through leasehold, not twice.
+        .process_group(0)
+        .spawn()
+}
+
+/// Waits for the command to exit, forwarding signals and stopping it when the lease is lost.
+/// Returns its status and whether leasehold stopped it.
+async fn supervise(
+    child: &mut tokio::process::Child,
+    group: ProcessGroup,
+    kept: &KeptLease<RedisBackend>,
+    stop: StopPolicy,
+    signals: &mut Signals,
+) -> (io::Result<ExitStatus>, bool) {
+    let mut stopped = false;
+    let mut kill_at: Option<Instant> = None;
+    loop {
+        // Woken when the validity left reaches the backstop unless a renewal extends it first;
+        // then it is read again.
+        let until_backstop = kept
+            .handle()
+            .remaining_validity()
+            .saturating_sub(stop.backstop());
+        tokio::select! {
+            status = child.wait() => return (status, stopped),
+            caught = signals.next() => group.signal(caught.signal()),
+            reason = kept.signal().lost(), if !stopped => {
+                stopped = true;
+                kill_at = begin_stop(group, kept, stop, &format!("{reason:?}"));
+            }
+            () = tokio::time::sleep(until_backstop), if !stopped => {
+                if kept.handle().remaining_validity() <= stop.backstop() {
+                    stopped = true;
+                    kill_at = begin_stop(group, kept, stop, "validity about to end");
+                }
+            }
+            () = sleep_until_or_never(kill_at) => {
+                group.signal(Signal::KILL);
+                kill_at = None;
+            }
+        }
+    }
+}
+
+/// Sends SIGTERM and returns when SIGKILL is due (`None`: sent already).
+fn begin_stop(
+    group: ProcessGroup,
+    kept: &KeptLease<RedisBackend>,
+    stop: StopPolicy,
+    reason: &str,
+) -> Option<Instant> {
+    let kill_after = stop.kill_after(kept.handle().remaining_validity());
+    let now = Instant::now();
+    eprintln!(
+        "leasehold: lease lost ({reason}); stopping the command: SIGTERM now, SIGKILL in {}",
+        format_duration(kill_after)
+    );
+    group.signal(Signal::TERM);
+    // A stopped process would hold SIGTERM pending until it is continued.
+    group.signal(Signal::CONT);
+    if kill_after.is_zero() {
+        group.signal(Signal::KILL);
+        return None;
+    }
+    Some(now + kill_after)
+}
+
+async fn sleep_until_or_never(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn report_release(outcome: ReleaseOutcome) {
+    match outcome {
+        ReleaseOutcome::Released | ReleaseOutcome::AlreadyGone => {}
+        // Released or lost already, or another holder has it: nothing left to release.
+        ReleaseOutcome::Refused { .. } | ReleaseOutcome::NotOwner => {}
+        other => {
+            let why = match &other {
+                ReleaseOutcome::Indeterminate(i) => i.to_string(),
+                ReleaseOutcome::Unavailable(u) => u.to_string(),
+                other => format!("{other:?}"),
+            };
+            eprintln!(
+                "leasehold: the release was not confirmed ({why}); the lease lives until its TTL \
+                 runs out"
+            );
+        }
+    }
+}
+
+/// A duration for people: whole milliseconds (`1s 500ms`).
+pub(crate) fn format_duration(d: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_millis(
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+    ))
+}

@@ -1,0 +1,861 @@
+//! The `leasehold` binary, driven as a script would drive it, against a real redis-server per
+//! test.
+//!
+//! Commands run under the lease are `sh -c '…'` scripts that write what they see to files in a
+//! per-test directory; the tests wait for those files (or for process states) with deadlines,
+//! never for a fixed time.
+
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use leasehold_redis::leasehold::{
+    DriftBudget, LeaseHandle, OperationId, Purpose, ReleaseOutcome, ResourceDigest,
+};
+use leasehold_redis::{RedisBackend, RedisSettings};
+use test_support::{RedisServer, Reply};
+
+const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// A shell loop that keeps a command busy, bounded so that nothing outlives a failed test.
+const SPIN: &str = "i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done";
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+
+/// A `leasehold` command with a clean environment for its own variables.
+fn leasehold(url: &str) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .env_remove("LEASEHOLD_REDIS_URL")
+        .env_remove("LEASEHOLD_NAMESPACE")
+        .env_remove("LEASEHOLD_REDIS_SERVER")
+        .arg("--redis")
+        .arg(url)
+        .stdin(Stdio::null());
+    command
+}
+
+/// What a finished `leasehold` left behind.
+#[derive(Debug)]
+struct Finished {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    /// When the test saw it exit.
+    at: Instant,
+}
+
+impl Finished {
+    fn code(&self) -> i32 {
+        self.status
+            .code()
+            .unwrap_or_else(|| panic!("leasehold was killed by a signal: {self:#?}"))
+    }
+
+    fn assert_code(&self, expected: i32) -> &Self {
+        assert_eq!(self.code(), expected, "{self:#?}");
+        self
+    }
+}
+
+/// A running `leasehold` whose output is collected in the background.
+struct Running {
+    child: Child,
+    finished: bool,
+    stdout: Option<std::thread::JoinHandle<String>>,
+    stderr_lines: std::sync::mpsc::Receiver<String>,
+    stderr_seen: Vec<String>,
+}
+
+impl Running {
+    fn start(mut command: Command) -> Self {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("leasehold starts");
+        let mut out = child.stdout.take().expect("piped");
+        let stdout = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = out.read_to_string(&mut text);
+            text
+        });
+        let err = child.stderr.take().expect("piped");
+        let (tx, stderr_lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            child,
+            finished: false,
+            stdout: Some(stdout),
+            stderr_lines,
+            stderr_seen: Vec::new(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits until a line of stderr contains `needle`.
+    fn wait_for_stderr(&mut self, needle: &str) {
+        let deadline = Instant::now() + TIMEOUT;
+        while !self.stderr_seen.iter().any(|l| l.contains(needle)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr_lines.recv_timeout(left) {
+                Ok(line) => self.stderr_seen.push(line),
+                Err(_) => panic!("no {needle:?} on stderr; saw {:#?}", self.stderr_seen),
+            }
+        }
+    }
+
+    fn finish(mut self) -> Finished {
+        let deadline = Instant::now() + TIMEOUT;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("leasehold did not exit within {TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let at = Instant::now();
+        self.finished = true;
+        let stdout = self
+            .stdout
+            .take()
+            .map(|reader| reader.join().expect("stdout reader"))
+            .unwrap_or_default();
+        self.stderr_seen.extend(self.stderr_lines.iter());
+        Finished {
+            status,
+            stdout,
+            stderr: self.stderr_seen.join("\n"),
+            at,
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // A failed test must not leave leasehold running (its command's loops are bounded).
+        if !self.finished {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn run_to_end(command: Command) -> Finished {
+    Running::start(command).finish()
+}
+
+/// A port nothing listens on.
+fn dead_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn dead_url() -> String {
+    format!("redis://127.0.0.1:{}", dead_port())
+}
+
+/// Polls `check` until it returns `Some`, failing the test after `TIMEOUT`.
+fn wait_until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn wait_for_file(path: &Path) -> String {
+    wait_until(&format!("{}", path.display()), || {
+        let text = read(path);
+        text.ends_with('\n').then_some(text)
+    })
+}
+
+/// A scratch directory and the shell snippets that use it.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("a temp dir"),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn sh(&self, script: &str) -> [String; 3] {
+        // Scripts refer to the directory as $D.
+        let script = format!("D='{}'; {script}", self.dir.path().display());
+        ["sh".into(), "-c".into(), script]
+    }
+}
+
+/// Returns true if and only if `pid` is gone or a zombie.
+fn is_dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => matches!(
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next()),
+            Some("Z" | "X" | "x")
+        ),
+    }
+}
+
+/// Counts the server's EVALSHA calls (every lease operation is one, NOSCRIPT refusals too), so
+/// that a test can wait until leasehold has tried once.
+struct EvalshaCounter<'s> {
+    server: &'s RedisServer,
+    before: u64,
+}
+
+fn evalsha_counter(server: &RedisServer) -> EvalshaCounter<'_> {
+    let before = evalsha_calls(server);
+    EvalshaCounter { server, before }
+}
+
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    server.commandstats().get("evalsha").copied().unwrap_or(0)
+}
+
+impl EvalshaCounter<'_> {
+    fn wait_for_more(&self) {
+        wait_until("leasehold's first try", || {
+            (evalsha_calls(self.server) > self.before).then_some(())
+        });
+    }
+}
+
+fn send(pid: u32, signal: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(i32::try_from(pid).unwrap()).unwrap();
+    rustix::process::kill_process(pid, signal).expect("signal sent");
+}
+
+fn lease_key(name: &str) -> String {
+    format!(
+        "leasehold:lease:v1:cli:{{{}}}",
+        ResourceDigest::of(name).as_str()
+    )
+}
+
+/// A lease held by the test itself, through the library, as another process would hold it.
+struct Held {
+    runtime: tokio::runtime::Runtime,
+    lease: Option<LeaseHandle<RedisBackend>>,
+}
+
+impl Held {
+    fn new(server: &RedisServer, name: &str, ttl: Duration) -> Self {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = RedisBackend::open(&server.url(), RedisSettings::default())
+            .unwrap()
+            .into_client();
+        let attempt = client
+            .new_attempt(OperationId::new("test-holder").unwrap())
+            .unwrap();
+        let request = client
+            .request(
+                Purpose::new("cli").unwrap(),
+                ResourceDigest::of(name),
+                attempt,
+                ttl,
+            )
+            .unwrap();
+        let lease = runtime
+            .block_on(client.try_acquire(&request))
+            .into_handle()
+            .expect("the test acquires");
+        Self {
+            runtime,
+            lease: Some(lease),
+        }
+    }
+
+    fn lease(&self) -> &LeaseHandle<RedisBackend> {
+        self.lease.as_ref().expect("held")
+    }
+
+    fn release(&mut self) {
+        let lease = self.lease.take().expect("held");
+        assert_eq!(
+            self.runtime.block_on(lease.release()),
+            ReleaseOutcome::Released
+        );
+    }
+}
+
+fn inspect_json(server: &RedisServer, name: &str) -> serde_json::Value {
+    let mut command = leasehold(&server.url());
+    command.args(["inspect", name, "--json"]);
+    let done = run_to_end(command);
+    done.assert_code(0);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one line of JSON: {done:#?}");
+    serde_json::from_str(lines[0]).expect("valid JSON")
+}
+
+// ---------------------------------------------------------------------------------------------
+// run: the command, its environment and its exit code
+
+#[test]
+fn the_command_sees_the_lease_and_its_exit_code_is_passed_on() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "orders/42", "--ttl", "1500ms", "--"])
+        .args(scratch.sh(
+            r#"printf '%s\n%s\n%s\n' "$LEASEHOLD_FENCE" "$LEASEHOLD_RESOURCE_DIGEST" \
+               "$LEASEHOLD_TTL_MS" > "$D/env"; exit 7"#,
+        ));
+    run_to_end(command).assert_code(7);
+    let env = read(&scratch.path("env"));
+    let lines: Vec<&str> = env.lines().collect();
+    assert_eq!(
+        lines,
+        ["1", ResourceDigest::of("orders/42").as_str(), "1500"],
+        "{env:?}"
+    );
+}
+
+#[test]
+fn the_fence_grows_across_runs() {
+    let server = RedisServer::start();
+    let fences: Vec<String> = (0..3)
+        .map(|_| {
+            let mut command = leasehold(&server.url());
+            command.args([
+                "run",
+                "jobs/nightly",
+                "--",
+                "sh",
+                "-c",
+                "echo $LEASEHOLD_FENCE",
+            ]);
+            let done = run_to_end(command);
+            done.assert_code(0);
+            done.stdout.trim().to_owned()
+        })
+        .collect();
+    assert_eq!(fences, ["1", "2", "3"]);
+}
+
+#[test]
+fn a_command_ended_by_signal_n_gives_128_plus_n() {
+    let server = RedisServer::start();
+    for (signal, code) in [("TERM", 143), ("KILL", 137), ("INT", 130)] {
+        let mut command = leasehold(&server.url());
+        command.args(["run", "r", "--", "sh", "-c", &format!("kill -{signal} $$")]);
+        run_to_end(command).assert_code(code);
+    }
+}
+
+#[test]
+fn a_command_that_cannot_be_found_is_127_and_the_lease_is_released() {
+    let server = RedisServer::start();
+    let mut command = leasehold(&server.url());
+    command.args(["run", "r", "--", "/nonexistent/command"]);
+    let done = run_to_end(command);
+    done.assert_code(127);
+    assert!(done.stderr.contains("/nonexistent/command"), "{done:#?}");
+    assert_eq!(inspect_json(&server, "r")["state"], "free");
+}
+
+#[test]
+fn after_the_command_exits_the_lease_is_free() {
+    let server = RedisServer::start();
+    let mut command = leasehold(&server.url());
+    command.args(["run", "r", "--", "sh", "-c", "exit 0"]);
+    run_to_end(command).assert_code(0);
+    assert_eq!(server.cmd(&["EXISTS", &lease_key("r")]), Reply::Int(0));
+    let json = inspect_json(&server, "r");
+    assert_eq!(json["state"], "free", "{json}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// run: not acquired, unavailable, unknown
+
+#[test]
+fn a_held_lease_is_not_acquired_within_the_wait_75() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let _held = Held::new(&server, "r", Duration::from_secs(30));
+    for wait in ["0s", "300ms"] {
+        let mut command = leasehold(&server.url());
+        command
+            .args(["run", "r", "--wait", wait, "--"])
+            .args(scratch.sh("touch \"$D/ran\""));
+        let started = Instant::now();
+        let done = run_to_end(command);
+        done.assert_code(75);
+        assert!(done.stderr.contains("not acquired"), "{done:#?}");
+        if wait == "300ms" {
+            assert!(done.at - started >= Duration::from_millis(300), "{done:#?}");
+            assert!(done.stderr.contains("within 300ms"), "{done:#?}");
+        }
+        assert!(!scratch.path("ran").exists(), "the command ran");
+    }
+}
+
+#[test]
+fn a_waiting_run_starts_when_the_holder_releases() {
+    let server = RedisServer::start();
+    let mut held = Held::new(&server, "r", Duration::from_secs(30));
+    let first_try = evalsha_counter(&server);
+    let mut command = leasehold(&server.url());
+    command.args([
+        "run",
+        "r",
+        "--wait",
+        "20s",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_FENCE",
+    ]);
+    let running = Running::start(command);
+    first_try.wait_for_more();
+    let released_at = Instant::now();
+    held.release();
+    let done = running.finish();
+    done.assert_code(0);
+    assert_eq!(done.stdout.trim(), "2");
+    // Woken by the release notice: the holder's TTL (its retry-after) and the deadline are
+    // 20 s and more away.
+    assert!(done.at - released_at < Duration::from_secs(10), "{done:#?}");
+}
+
+#[test]
+fn nothing_listening_is_69_and_the_command_never_starts() {
+    let scratch = Scratch::new();
+    let url = format!("redis://:hunter2@127.0.0.1:{}", dead_port());
+    let mut command = leasehold(&url);
+    command
+        .args(["run", "r", "--"])
+        .args(scratch.sh("touch \"$D/ran\""));
+    let done = run_to_end(command);
+    done.assert_code(69);
+    assert!(!scratch.path("ran").exists(), "the command ran");
+    assert!(done.stderr.contains("unavailable"), "{done:#?}");
+    // The URL is named, its password masked.
+    assert!(done.stderr.contains("redis://:***@127.0.0.1:"), "{done:#?}");
+    assert!(!done.stderr.contains("hunter2"), "{done:#?}");
+
+    let mut command = leasehold(&url);
+    command.args(["inspect", "r", "--json"]);
+    let done = run_to_end(command);
+    done.assert_code(69);
+    assert!(done.stdout.is_empty(), "{done:#?}");
+    assert!(!done.stderr.contains("hunter2"), "{done:#?}");
+}
+
+#[test]
+fn rediss_urls_are_understood() {
+    // TLS is compiled in: the URL is accepted (not a usage error) and the dead port is 69.
+    let mut command = leasehold(&format!("rediss://127.0.0.1:{}", dead_port()));
+    command.args(["inspect", "r"]);
+    run_to_end(command).assert_code(69);
+}
+
+/// Starts `run` on a resource the test holds for a moment, and stops (SIGSTOPs) the server
+/// once leasehold has tried once and is waiting: its next tries go out on a live connection
+/// and get no reply, so their outcome is unknown. (A server stopped before leasehold connects
+/// would be `Unavailable` instead: the connection handshake never completes, nothing is sent.)
+fn run_into_a_stopped_server<'s>(
+    server: &'s RedisServer,
+    scratch: &Scratch,
+    ttl: &str,
+) -> (Running, test_support::PauseGuard<'s>) {
+    let _held = Held::new(server, "r", Duration::from_secs(1));
+    let evalsha = || server.commandstats().get("evalsha").copied().unwrap_or(0);
+    let before = evalsha();
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "r", "--wait", "1500ms", "--ttl", ttl, "--"])
+        .args(scratch.sh(r#"echo $LEASEHOLD_FENCE > "$D/ran""#));
+    let running = Running::start(command);
+    wait_until("leasehold's first try", || {
+        (evalsha() > before).then_some(())
+    });
+    (running, server.pause())
+}
+
+#[test]
+fn an_outcome_that_stays_unknown_is_69_and_the_command_never_starts() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (running, _paused) = run_into_a_stopped_server(&server, &scratch, "1s");
+    let done = running.finish();
+    done.assert_code(69);
+    assert!(
+        done.stderr.contains("replaying the same attempt"),
+        "{done:#?}"
+    );
+    assert!(done.stderr.contains("still unknown"), "{done:#?}");
+    assert!(!scratch.path("ran").exists(), "the command ran");
+}
+
+#[test]
+fn an_unknown_outcome_resolved_by_replay_starts_the_command_with_the_one_grant() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (mut running, paused) = run_into_a_stopped_server(&server, &scratch, "2s");
+    running.wait_for_stderr("replaying the same attempt");
+    paused.resume();
+    let done = running.finish();
+    done.assert_code(0);
+    // The grant the unanswered tries made when the server woke (fence 2, after the test's 1).
+    // Had leasehold made a new attempt instead of replaying, that grant would have made it
+    // contended.
+    assert_eq!(read(&scratch.path("ran")), "2\n", "{done:#?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// run: losing the lease, signals
+
+#[test]
+fn a_lease_lost_to_another_stops_the_command_70() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "r", "--ttl", "1s", "--"])
+        .args(scratch.sh(&format!("echo started > \"$D/started\"; {SPIN}")));
+    let running = Running::start(command);
+    wait_for_file(&scratch.path("started"));
+    // Someone deletes the key: the next renewal finds it gone.
+    assert_eq!(server.cmd(&["DEL", &lease_key("r")]), Reply::Int(1));
+    let done = running.finish();
+    done.assert_code(70);
+    assert!(done.stderr.contains("LostToAnother"), "{done:#?}");
+}
+
+#[test]
+fn a_stopped_server_stops_the_command_before_validity_ends_70() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    // Long enough that the stop margin (TTL / 20 = 200 ms) dwarfs leasehold's start-up time,
+    // which this test must count against it (see `before_start`).
+    let ttl = Duration::from_secs(4);
+    let mut command = leasehold(&server.url());
+    // A long grace and a command that ignores SIGTERM: only the cap can stop it in time.
+    command
+        .args(["run", "r", "--ttl", "4s", "--grace", "1m", "--"])
+        .args(scratch.sh(&format!(
+            r#"trap 'echo TERM >> "$D/signals"' TERM
+               echo $$ > "$D/pid"
+               {SPIN}"#
+        )));
+    // Validity is counted from before the acquire was sent, which is after this instant: the
+    // assertion below is stricter than the truth by leasehold's start-up time.
+    let before_start = Instant::now();
+    let running = Running::start(command);
+    let pid: u32 = wait_for_file(&scratch.path("pid")).trim().parse().unwrap();
+    let paused = server.pause();
+    let paused_at = Instant::now();
+    let died_at = wait_until("the command to die", || is_dead(pid).then(Instant::now));
+    let done = running.finish();
+    drop(paused);
+
+    done.assert_code(70);
+    assert!(
+        read(&scratch.path("signals")).contains("TERM"),
+        "SIGTERM came first: {done:#?}"
+    );
+    let validity_end = before_start + ttl - DriftBudget::default().for_ttl(ttl);
+    assert!(died_at > paused_at);
+    assert!(
+        died_at < validity_end,
+        "the command died {:?} after validity ended",
+        died_at - validity_end
+    );
+    assert!(done.stderr.contains("Unreachable"), "{done:#?}");
+}
+
+#[test]
+fn sigint_and_sigterm_are_passed_on_to_the_command() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let mut command = leasehold(&server.url());
+    command.args(["run", "r", "--"]).args(scratch.sh(&format!(
+        r#"trap 'echo INT >> "$D/signals"' INT
+           trap 'echo TERM >> "$D/signals"; exit 9' TERM
+           echo started > "$D/started"
+           {SPIN}"#
+    )));
+    let running = Running::start(command);
+    wait_for_file(&scratch.path("started"));
+    send(running.pid(), rustix::process::Signal::INT);
+    wait_until("the command to report SIGINT", || {
+        read(&scratch.path("signals")).contains("INT").then_some(())
+    });
+    send(running.pid(), rustix::process::Signal::TERM);
+    let done = running.finish();
+    done.assert_code(9);
+    assert_eq!(read(&scratch.path("signals")), "INT\nTERM\n");
+    assert_eq!(server.cmd(&["EXISTS", &lease_key("r")]), Reply::Int(0));
+}
+
+#[test]
+fn interrupted_while_waiting_is_130_and_leaves_no_grant() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let held = Held::new(&server, "r", Duration::from_secs(30));
+    let first_try = evalsha_counter(&server);
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "r", "--wait", "20s", "--"])
+        .args(scratch.sh("touch \"$D/ran\""));
+    let running = Running::start(command);
+    // Waiting: tried once, contended, and asleep until the holder's TTL or a release notice.
+    first_try.wait_for_more();
+    send(running.pid(), rustix::process::Signal::INT);
+    let done = running.finish();
+    done.assert_code(130);
+    assert!(!scratch.path("ran").exists(), "the command ran");
+    // The test's lease is untouched.
+    let json = inspect_json(&server, "r");
+    assert_eq!(json["fence"], held.lease().fence().get(), "{json}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// inspect
+
+#[test]
+fn inspect_reports_held_and_free_in_one_json_shape() {
+    let server = RedisServer::start();
+    let ttl = Duration::from_secs(30);
+    let mut held = Held::new(&server, "orders/7", ttl);
+    let json = inspect_json(&server, "orders/7");
+    let keys: Vec<&String> = json.as_object().expect("an object").keys().collect();
+    assert_eq!(keys.len(), 4, "{json}");
+    assert_eq!(json["state"], "held");
+    assert_eq!(json["fence"], held.lease().fence().get());
+    assert_eq!(
+        json["holder"],
+        held.lease().attempt().fingerprint().as_str()
+    );
+    let remaining = json["remaining_ms"].as_u64().expect("a number");
+    assert!(remaining > 0 && remaining <= 30_000, "{json}");
+
+    let mut command = leasehold(&server.url());
+    command.args(["inspect", "orders/7"]);
+    let done = run_to_end(command);
+    done.assert_code(0);
+    let fingerprint = held.lease().attempt().fingerprint();
+    assert!(
+        done.stdout
+            .contains(&format!("held by {fingerprint}, fence 1")),
+        "{done:#?}"
+    );
+
+    held.release();
+    let json = inspect_json(&server, "orders/7");
+    assert_eq!(
+        json,
+        serde_json::json!({"state": "free", "fence": null, "remaining_ms": null, "holder": null})
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// privacy
+
+#[test]
+fn the_raw_resource_name_never_reaches_redis_and_no_token_is_printed() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let name = "customer-8812-private-name";
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", name, "--"])
+        .args(scratch.sh(r#"echo started > "$D/started"
+           i=0; while [ ! -e "$D/go" ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done"#));
+    let running = Running::start(command);
+    wait_for_file(&scratch.path("started"));
+
+    let keys = server.keys();
+    assert!(keys.contains(&lease_key(name)), "{keys:?}");
+    let digest = ResourceDigest::of(name);
+    let digest_hex = &digest.as_str()["sha256:".len()..];
+    let mut seen = Vec::new();
+    for key in &keys {
+        assert!(!key.contains(name), "{key}");
+        assert!(key.contains(digest_hex), "{key}");
+        if let Some(value) = server.cmd(&["GET", key]).as_string() {
+            seen.push(value);
+        }
+    }
+    seen.extend(match server.cmd(&["PUBSUB", "CHANNELS"]) {
+        Reply::Array(Some(channels)) => channels.iter().filter_map(Reply::as_string).collect(),
+        _ => Vec::new(),
+    });
+    for text in &seen {
+        assert!(!text.contains(name), "{text}");
+    }
+    // The stored value is `fence:token:operation`: the token must never be printed.
+    let stored = server
+        .cmd(&["GET", &lease_key(name)])
+        .as_string()
+        .expect("held");
+    let token = stored.split(':').nth(1).expect("a token").to_owned();
+
+    std::fs::write(scratch.path("go"), "").unwrap();
+    let done = running.finish();
+    done.assert_code(0);
+    assert!(!done.stdout.contains(&token) && !done.stderr.contains(&token));
+    for key in server.keys() {
+        assert!(!key.contains(name), "{key}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// usage errors
+
+#[test]
+fn bad_flags_and_durations_are_usage_errors_2_before_any_io() {
+    // Nothing listens there: any attempt to connect would be 69, not 2.
+    let url = dead_url();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", "r", "--ttl", "5x", "--", "true"],
+            "unknown time unit",
+        ),
+        (&["run", "r", "--ttl", "soon", "--", "true"], "--ttl"),
+        (&["run", "r", "--wait=-1s", "--", "true"], "--wait"),
+        (&["run", "r", "--grace", "", "--", "true"], "--grace"),
+        (&["run", "r", "--ttl", "10ms", "--", "true"], "drift budget"),
+        (
+            &["run", "r", "--ttl", "1500us", "--", "true"],
+            "whole number",
+        ),
+        (&["run", "r", "--wait", "2h", "--", "true"], "--wait 2h"),
+        (
+            &["run", "r", "--purpose", "Not Valid", "--", "true"],
+            "--purpose",
+        ),
+        (&["run", "r"], "<CMD>"),
+        (&["run", "r", "true"], "unexpected argument"),
+        (&["run", "--", "true"], "<RESOURCE>"),
+        (&["run", "r", "--frobnicate", "--", "true"], "--frobnicate"),
+        (&["inspect"], "<RESOURCE>"),
+        (&["inspect", "r", "--purpose", "a:b"], "--purpose"),
+        (&["--namespace", "a:b", "inspect", "r"], "--namespace"),
+        (&["frobnicate"], "frobnicate"),
+        (&[], "Usage"),
+    ];
+    for (argv, needle) in cases {
+        let mut command = leasehold(&url);
+        command.args(*argv);
+        let done = run_to_end(command);
+        assert_eq!(done.code(), 2, "{argv:?}: {done:#?}");
+        assert!(
+            done.stderr.contains("error") || done.stderr.contains("Usage"),
+            "{argv:?}: {done:#?}"
+        );
+        assert!(done.stderr.contains(needle), "{argv:?}: {done:#?}");
+    }
+
+    // A bad URL is a usage error too, and its password is not echoed.
+    let mut command = leasehold("redis://:hunter2@127.0.0.1:notaport");
+    command.args(["inspect", "r"]);
+    let done = run_to_end(command);
+    done.assert_code(2);
+    assert!(done.stderr.contains("--redis"), "{done:#?}");
+    assert!(!done.stderr.contains("hunter2"), "{done:#?}");
+}
+
+#[test]
+fn help_documents_the_exit_codes_and_never_shows_the_url_variable() {
+    let mut command = leasehold(&dead_url());
+    command
+        .env(
+            "LEASEHOLD_REDIS_URL",
+            "redis://:hunter2@example.invalid:6379",
+        )
+        .args(["run", "--help"]);
+    let done = run_to_end(command);
+    done.assert_code(0);
+    for needle in [
+        "75",
+        "69",
+        "70",
+        "128+N",
+        "LEASEHOLD_FENCE",
+        "LEASEHOLD_TTL_MS",
+    ] {
+        assert!(done.stdout.contains(needle), "{needle}: {done:#?}");
+    }
+    assert!(!done.stdout.contains("hunter2"), "{done:#?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// demo
+
+#[test]
+fn the_demo_tells_the_story_and_rejects_the_stale_write() {
+    // The environment's URL is ignored: the demo starts its own server.
+    let mut command = Command::new(BIN);
+    command
+        .env("LEASEHOLD_REDIS_URL", dead_url())
+        .env_remove("LEASEHOLD_NAMESPACE")
+        .arg("demo");
+    let done = run_to_end(command);
+    done.assert_code(0);
+    for needle in [
+        "ephemeral",
+        "A holds fence 1",
+        "contended",
+        "B acquires: fence 2",
+        "1 row changed: accepted",
+        "0 rows changed: the stale write was REJECTED",
+        "status 'packed by B' | fence 2",
+    ] {
+        assert!(done.stdout.contains(needle), "{needle}: {done:#?}");
+    }
+}
+
+#[test]
+fn the_demo_without_redis_server_gives_the_install_hint() {
+    let mut command = Command::new(BIN);
+    command
+        .env_remove("LEASEHOLD_REDIS_URL")
+        .env("LEASEHOLD_REDIS_SERVER", "/nonexistent/redis-server")
+        .arg("demo");
+    let done = run_to_end(command);
+    done.assert_code(69);
+    assert!(
+        done.stderr.contains("sudo apt-get install -y redis-server"),
+        "{done:#?}"
+    );
+}
