@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::backend::LeaseBackend;
 use crate::client::{AcquireOutcome, LeaseClient};
-use crate::outcome::Contention;
+use crate::outcome::{Contention, Indeterminate};
 use crate::request::LeaseRequest;
 
 /// Per-resource FIFO queues of waiters (tokio's mutex is fair: it queues in FIFO order).
@@ -68,6 +68,16 @@ impl<B: LeaseBackend> Drop for CancelGuard<'_, B> {
     }
 }
 
+/// Waits a little before retrying after a try that got no definite answer, so that a server
+/// that fails fast (a refused connection) is not hammered in a tight loop until the deadline.
+async fn pause_before_retry(deadline: Instant) {
+    let pause = Instant::now() + FAILED_TRY_PAUSE;
+    tokio::time::sleep_until(pause.min(deadline)).await;
+}
+
+/// How long a waiter pauses after a try without a definite answer.
+const FAILED_TRY_PAUSE: Duration = Duration::from_millis(20);
+
 /// A small jitter below `retry_after / 8` and 25 ms, so that waiters in different processes
 /// do not retry in lock step.
 fn jitter(retry_after: Duration) -> Duration {
@@ -92,7 +102,9 @@ impl<B: LeaseBackend> LeaseClient<B> {
     /// `OwnerOperationConflict`) with the last retry-after seen. The deadline is exceeded by at
     /// most one command: a try that began before it runs to completion. An `Indeterminate` try
     /// is replayed with the same attempt while time remains; `Unavailable` and `Overloaded`
-    /// return at once.
+    /// return at once — unless an earlier try was `Indeterminate`: then they are retried too,
+    /// and if the deadline comes before a definite answer the outcome is `Indeterminate`,
+    /// because a grant to this attempt may exist.
     ///
     /// # Cancel safety
     ///
@@ -116,6 +128,11 @@ impl<B: LeaseBackend> LeaseClient<B> {
         let watch = self.backend().watch(request.purpose(), request.resource());
         let never = tokio::sync::Notify::new();
         let notify = watch.notify().map_or(&never, |n| n.as_ref());
+        // Once a try's outcome was unknown, this attempt may hold a grant until the server
+        // answers a later try definitely. A later "not applied" says nothing about the earlier
+        // try, so it must not be returned in its place: the caller would be told nothing is
+        // held, and the grant would be nobody's until its TTL.
+        let mut unknown: Option<Indeterminate> = None;
         loop {
             // Subscribe first: a release that lands while the try is in flight still wakes us.
             let released = notify.notified();
@@ -124,15 +141,37 @@ impl<B: LeaseBackend> LeaseClient<B> {
             guard.armed = true;
             let outcome = self.try_acquire(request).await;
             let contention: &Contention = match &outcome {
-                AcquireOutcome::Contended(c) | AcquireOutcome::OwnerOperationConflict(c) => c,
-                AcquireOutcome::Indeterminate { .. } => {
+                AcquireOutcome::Contended(c) | AcquireOutcome::OwnerOperationConflict(c) => {
+                    // The server answered: someone else holds it, so this attempt does not.
+                    unknown = None;
+                    c
+                }
+                AcquireOutcome::Indeterminate { cause, .. } => {
+                    unknown = Some(cause.clone());
                     if head.is_some() && Instant::now() < deadline {
                         // Same attempt: the retry is a replay and finds a grant if one was made.
+                        pause_before_retry(deadline).await;
                         continue;
                     }
                     // Returned to the caller, who now knows to resolve it.
                     guard.armed = false;
                     return outcome;
+                }
+                AcquireOutcome::Unavailable(_) | AcquireOutcome::Overloaded => {
+                    let Some(cause) = unknown.take() else {
+                        guard.armed = false;
+                        return outcome;
+                    };
+                    if head.is_some() && Instant::now() < deadline {
+                        unknown = Some(cause);
+                        pause_before_retry(deadline).await;
+                        continue;
+                    }
+                    guard.armed = false;
+                    return AcquireOutcome::Indeterminate {
+                        operation: request.attempt().operation().clone(),
+                        cause,
+                    };
                 }
                 _ => {
                     guard.armed = false;
