@@ -8,10 +8,12 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod proxy;
 pub mod scenario;
 pub mod sentinel;
 
 pub use cluster::RedisCluster;
+pub use proxy::{Fault, FaultProxy};
 pub use sentinel::RedisSentinel;
 
 use std::collections::BTreeMap;

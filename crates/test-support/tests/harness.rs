@@ -199,3 +199,47 @@ fn a_sentinel_deployment_fails_over_to_its_replica() {
     assert_eq!(promoted.cmd(&["GET", "k"]).as_string(), Some("v".into()));
     assert_eq!(deployment.sentinel_urls().len(), 1);
 }
+
+#[test]
+fn the_proxy_passes_holds_and_resets_per_direction() {
+    use test_support::{Fault, FaultProxy};
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let ping = |timeout: Duration| -> std::io::Result<Vec<u8>> {
+        let mut stream = TcpStream::connect(proxy.addr())?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.write_all(b"*1\r\n$4\r\nPING\r\n")?;
+        let mut buf = [0u8; 7];
+        stream.read_exact(&mut buf)?;
+        Ok(buf.to_vec())
+    };
+    assert_eq!(ping(Duration::from_secs(2)).unwrap(), b"+PONG\r\n");
+    // A request lost on the way: the server never sees it.
+    let before = server.commandstats().get("ping").copied().unwrap_or(0);
+    proxy.to_server(Fault::Reset);
+    assert!(ping(Duration::from_secs(2)).is_err());
+    assert_eq!(
+        server.commandstats().get("ping").copied().unwrap_or(0),
+        before
+    );
+    proxy.to_server(Fault::Pass);
+    // A reply lost on the way back: the server ran the command, the client got a reset.
+    proxy.to_client(Fault::Reset);
+    assert!(ping(Duration::from_secs(2)).is_err());
+    assert_eq!(server.commandstats().get("ping").copied(), Some(before + 1));
+    // A held reply arrives once released.
+    proxy.to_client(Fault::Hold);
+    let mut stream = TcpStream::connect(proxy.addr()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    stream.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+    let mut buf = [0u8; 7];
+    assert!(stream.read_exact(&mut buf).is_err(), "a held reply arrived");
+    proxy.to_client(Fault::Pass);
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    stream.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"+PONG\r\n");
+}

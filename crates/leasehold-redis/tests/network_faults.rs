@@ -1,0 +1,124 @@
+//! Lost requests and lost replies on a real network path (a fault-injecting TCP proxy in front
+//! of redis-server): every outcome says exactly what is known, and replaying the same attempt
+//! recovers what the lost reply would have said.
+
+mod common;
+
+use std::time::Duration;
+
+use common::request;
+use leasehold_redis::leasehold::{AcquireOutcome, IndeterminateCause, LeaseState, RenewOutcome};
+use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
+use test_support::{Fault, FaultProxy, RedisServer};
+
+const TTL: Duration = Duration::from_secs(30);
+
+fn through(proxy: &FaultProxy) -> RedisLeases {
+    RedisBackend::open(&proxy.url(), RedisSettings::default())
+        .expect("valid URL")
+        .into_client()
+}
+
+#[tokio::test]
+async fn a_reply_lost_after_the_grant_is_indeterminate_and_a_replay_finds_it() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let client = through(&proxy);
+    client.backend().warm_up().await.expect("warm-up");
+    let req = request(&client, "f1", "op-a", TTL);
+    let key = common::lease_key(&client, &req);
+    proxy.to_client(Fault::Reset);
+    match client.try_acquire(&req).await {
+        AcquireOutcome::Indeterminate { cause, .. } => {
+            assert_eq!(cause.cause, IndeterminateCause::ConnectionLost, "{cause}");
+        }
+        other => panic!("expected Indeterminate, got {other:?}"),
+    }
+    // It was applied: only the reply was lost.
+    assert!(server.keys().contains(&key));
+    proxy.to_client(Fault::Pass);
+    let lease = match client.try_acquire(&req).await {
+        AcquireOutcome::Replayed(lease) => lease,
+        other => panic!("expected Replayed, got {other:?}"),
+    };
+    assert_eq!(lease.fence().get(), 1);
+    assert!(lease.remaining_validity() <= TTL);
+    assert_eq!(
+        server.cmd(&["GET", &format!("{key}:fence")]).as_string(),
+        Some("1".into()),
+        "the replay made a second grant"
+    );
+}
+
+#[tokio::test]
+async fn a_request_lost_on_the_way_is_indeterminate_and_a_replay_grants_it_once() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let client = through(&proxy);
+    client.backend().warm_up().await.expect("warm-up");
+    let req = request(&client, "f2", "op-a", TTL);
+    let key = common::lease_key(&client, &req);
+    proxy.to_server(Fault::Reset);
+    // The client cannot tell a lost request from a lost reply: both are unknown.
+    assert!(matches!(
+        client.try_acquire(&req).await,
+        AcquireOutcome::Indeterminate { .. }
+    ));
+    assert!(server.keys().is_empty(), "{:?}", server.keys());
+    proxy.to_server(Fault::Pass);
+    let lease = match client.try_acquire(&req).await {
+        AcquireOutcome::Acquired(lease) => lease,
+        other => panic!("expected Acquired, got {other:?}"),
+    };
+    assert_eq!(lease.fence().get(), 1);
+    assert!(server.keys().contains(&key));
+}
+
+#[tokio::test]
+async fn a_reply_held_past_the_timeout_is_indeterminate_and_not_misread_later() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let client = through(&proxy);
+    client.backend().warm_up().await.expect("warm-up");
+    let req = request(&client, "f3", "op-a", TTL);
+    proxy.to_client(Fault::Hold);
+    match client.try_acquire(&req).await {
+        AcquireOutcome::Indeterminate { cause, .. } => {
+            assert_eq!(cause.cause, IndeterminateCause::ResponseTimeout, "{cause}");
+        }
+        other => panic!("expected Indeterminate, got {other:?}"),
+    }
+    // The late reply arrives on the same connection now; it must not be taken as the answer
+    // to the next command.
+    proxy.to_client(Fault::Pass);
+    let other = request(&client, "f3", "op-b", TTL);
+    match client.try_acquire(&other).await {
+        AcquireOutcome::Contended(c) => assert_eq!(c.fence.map(|f| f.get()), Some(1)),
+        other => panic!("expected Contended, got {other:?}"),
+    }
+    let lease = match client.try_acquire(&req).await {
+        AcquireOutcome::Replayed(lease) => lease,
+        other => panic!("expected Replayed, got {other:?}"),
+    };
+    assert_eq!(lease.fence().get(), 1);
+}
+
+#[tokio::test]
+async fn a_renewal_whose_reply_is_lost_leaves_the_handle_unknown_until_confirmed() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let client = through(&proxy);
+    let req = request(&client, "f4", "op-a", TTL);
+    let lease = client.try_acquire(&req).await.into_handle().expect("free");
+    proxy.to_client(Fault::Reset);
+    assert!(matches!(
+        lease.renew().await,
+        RenewOutcome::Indeterminate(_)
+    ));
+    assert_eq!(lease.state(), LeaseState::Unknown);
+    assert!(!lease.is_valid());
+    proxy.to_client(Fault::Pass);
+    assert!(lease.renew().await.is_renewed());
+    assert_eq!(lease.state(), LeaseState::Active);
+    assert!(lease.is_valid());
+}
