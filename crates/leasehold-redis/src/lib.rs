@@ -75,7 +75,7 @@ pub use keys::KeyLayout;
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 mod readme {}
-pub use settings::RedisSettings;
+pub use settings::{RedisSettings, ReplicationGate};
 
 use link::Link;
 
@@ -89,6 +89,8 @@ pub enum ErrorKind {
     Unavailable,
     /// A command was sent and its outcome is unknown.
     Indeterminate,
+    /// The settings ask for something this topology cannot do.
+    Unsupported,
 }
 
 /// An error from setting up the backend (leases themselves report typed outcomes instead).
@@ -105,6 +107,9 @@ pub enum Error {
     /// Sent, outcome unknown.
     #[error("{0}")]
     Indeterminate(Indeterminate),
+    /// The settings ask for something this topology cannot do.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
 }
 
 impl Error {
@@ -114,12 +119,13 @@ impl Error {
             Error::InvalidUrl(_) => ErrorKind::InvalidUrl,
             Error::Unavailable(_) => ErrorKind::Unavailable,
             Error::Indeterminate(_) => ErrorKind::Indeterminate,
+            Error::Unsupported(_) => ErrorKind::Unsupported,
         }
     }
 
     /// Returns true if and only if trying again later may succeed.
     pub fn is_retryable(&self) -> bool {
-        !matches!(self, Error::InvalidUrl(_))
+        !matches!(self, Error::InvalidUrl(_) | Error::Unsupported(_))
     }
 }
 
@@ -200,7 +206,8 @@ impl RedisBackend {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidUrl`] if there is no seed or one cannot be parsed.
+    /// [`Error::InvalidUrl`] if there is no seed or one cannot be parsed;
+    /// [`Error::Unsupported`] if `settings` has a replication gate.
     pub fn open_cluster<S: AsRef<str>>(
         seeds: &[S],
         settings: RedisSettings,
@@ -213,6 +220,12 @@ impl RedisBackend {
         if seeds.is_empty() {
             return Err(Error::InvalidUrl(
                 "a cluster needs at least one seed".into(),
+            ));
+        }
+        if settings.replication().is_some() {
+            // WAIT has no key, so the cluster client would not send it to the script's node.
+            return Err(Error::Unsupported(
+                "a replication gate (WAIT) on a cluster backend".into(),
             ));
         }
         let endpoint = seeds
@@ -356,6 +369,26 @@ fn invalid_url(err: &redis::RedisError) -> Error {
     Error::InvalidUrl(format!("{} (URL not shown)", err.category()))
 }
 
+/// Returns true if and only if no gate is set, or enough replicas confirmed.
+fn replicated(gate: Option<settings::ReplicationGate>, confirmed: Option<u32>) -> bool {
+    gate.is_none_or(|g| confirmed.unwrap_or(0) >= g.replicas())
+}
+
+/// A grant or renewal the primary applied that too few replicas confirmed: unknown, since a
+/// failover could still undo it.
+fn not_replicated(gate: Option<settings::ReplicationGate>, confirmed: Option<u32>) -> Failure {
+    let (wanted, within) = gate.map_or((0, std::time::Duration::ZERO), |g| {
+        (g.replicas(), g.timeout())
+    });
+    Failure::Indeterminate(Indeterminate::new(
+        IndeterminateCause::NotReplicated,
+        format!(
+            "{} of {wanted} replicas confirmed within {within:?}",
+            confirmed.unwrap_or(0)
+        ),
+    ))
+}
+
 /// Turns an undecodable reply into `Indeterminate`: the script may have run.
 fn unreadable(err: decode::UnexpectedReply) -> Failure {
     Failure::Indeterminate(Indeterminate::new(
@@ -369,9 +402,10 @@ impl LeaseBackend for RedisBackend {
         let lease_key = self.keys.lease_key(request.purpose(), request.resource());
         let fence_key = self.keys.fence_key(request.purpose(), request.resource());
         let attempt = request.attempt();
+        let gate = self.settings.replication();
         let reply = self
             .link
-            .eval(&scripts::ACQUIRE, |cmd| {
+            .eval(&scripts::ACQUIRE, gate, |cmd| {
                 cmd.arg(2)
                     .arg(&lease_key)
                     .arg(&fence_key)
@@ -381,8 +415,17 @@ impl LeaseBackend for RedisBackend {
             })
             .await;
         match reply {
-            Ok(value) => decode::acquire(&value, self.settings.retry_after_fallback())
-                .unwrap_or_else(|e| AcquireReply::Failed(unreadable(e))),
+            Ok((value, confirmed)) => {
+                match decode::acquire(&value, self.settings.retry_after_fallback()) {
+                    Ok(AcquireReply::Granted(_) | AcquireReply::Replayed(_))
+                        if !replicated(gate, confirmed) =>
+                    {
+                        AcquireReply::Failed(not_replicated(gate, confirmed))
+                    }
+                    Ok(reply) => reply,
+                    Err(e) => AcquireReply::Failed(unreadable(e)),
+                }
+            }
             Err(failure) => AcquireReply::Failed(failure),
         }
     }
@@ -390,9 +433,10 @@ impl LeaseBackend for RedisBackend {
     async fn renew(&self, grant: &Grant) -> RenewReply {
         let lease_key = self.keys.lease_key(grant.purpose(), grant.resource());
         let attempt = grant.attempt();
+        let gate = self.settings.replication();
         let reply = self
             .link
-            .eval(&scripts::RENEW, |cmd| {
+            .eval(&scripts::RENEW, gate, |cmd| {
                 cmd.arg(1)
                     .arg(&lease_key)
                     .arg(attempt.owner_token().expose_secret())
@@ -402,9 +446,15 @@ impl LeaseBackend for RedisBackend {
             })
             .await;
         match reply {
-            Ok(value) => {
-                decode::renew(&value).unwrap_or_else(|e| RenewReply::Failed(unreadable(e)))
-            }
+            Ok((value, confirmed)) => match decode::renew(&value) {
+                // The key's TTL was extended on the primary only: a failover now could bring
+                // back the old, shorter TTL, so the extension is not proven.
+                Ok(RenewReply::Renewed { .. }) if !replicated(gate, confirmed) => {
+                    RenewReply::Failed(not_replicated(gate, confirmed))
+                }
+                Ok(reply) => reply,
+                Err(e) => RenewReply::Failed(unreadable(e)),
+            },
             Err(failure) => RenewReply::Failed(failure),
         }
     }
@@ -415,7 +465,7 @@ impl LeaseBackend for RedisBackend {
         let attempt = grant.attempt();
         let reply = self
             .link
-            .eval(&scripts::RELEASE, |cmd| {
+            .eval(&scripts::RELEASE, None, |cmd| {
                 cmd.arg(2)
                     .arg(&lease_key)
                     .arg(&channel)
@@ -426,7 +476,7 @@ impl LeaseBackend for RedisBackend {
             })
             .await;
         match reply {
-            Ok(value) => {
+            Ok((value, _)) => {
                 decode::release(&value).unwrap_or_else(|e| ReleaseReply::Failed(unreadable(e)))
             }
             Err(failure) => ReleaseReply::Failed(failure),
@@ -450,12 +500,12 @@ impl LeaseBackend for RedisBackend {
         });
         let reply = self
             .link
-            .eval(&scripts::INSPECT, |cmd| {
+            .eval(&scripts::INSPECT, None, |cmd| {
                 cmd.arg(1).arg(&lease_key).arg(token).arg(operation);
             })
             .await;
         match reply {
-            Ok(value) => decode::inspect(&value).unwrap_or_else(|e| unreadable(e).into()),
+            Ok((value, _)) => decode::inspect(&value).unwrap_or_else(|e| unreadable(e).into()),
             Err(failure) => failure.into(),
         }
     }

@@ -29,6 +29,7 @@ use tokio::sync::Semaphore;
 
 use crate::classify::{self, Classified};
 use crate::scripts::LeaseScript;
+use crate::settings::ReplicationGate;
 
 /// Makes connections: to one server, or to a cluster.
 #[derive(Clone)]
@@ -101,6 +102,21 @@ impl Connection {
             Connection::Single(c) => cmd.query_async(c).await,
             Connection::Cluster(c) => cmd.query_async(c).await,
         }
+    }
+
+    async fn query_pipeline(&mut self, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
+        match self {
+            Connection::Single(c) => pipe.query_async(c).await,
+            Connection::Cluster(c) => pipe.query_async(c).await,
+        }
+    }
+}
+
+/// Turns an error reply into an error.
+fn server_error(value: Value) -> RedisResult<Value> {
+    match value {
+        Value::ServerError(err) => Err(redis::RedisError::from(err)),
+        other => Ok(other),
     }
 }
 
@@ -192,28 +208,65 @@ impl Link {
     /// Sends one command on `connection`, classifying any failure.
     async fn send(&self, current: &Current, cmd: &Cmd) -> Result<Value, Classified> {
         let mut connection = current.connection.clone();
-        let result = match connection.query(cmd).await {
-            Ok(Value::ServerError(err)) => Err(redis::RedisError::from(err)),
-            other => other,
-        };
-        result.map_err(|err| {
-            let classified = classify::after_send(&err);
-            if self.connector.drops_connection_after(&classified) {
-                self.forget(current.generation);
-            }
-            classified
-        })
+        let result = connection.query(cmd).await.and_then(server_error);
+        result.map_err(|err| self.classify(current, &err))
     }
 
-    /// Runs `script` by EVALSHA with `args` appended (numkeys, keys, then arguments). On
-    /// NOSCRIPT only, loads the script and retries once: NOSCRIPT proves it did not run.
+    /// Sends a script command, followed on the same connection by `WAIT` when `gate` asks for
+    /// replicas. Returns the script's reply and, when gated, how many replicas confirmed it.
+    async fn send_script(
+        &self,
+        current: &Current,
+        evalsha: &Cmd,
+        gate: Option<ReplicationGate>,
+    ) -> Result<(Value, Option<u32>), Classified> {
+        let Some(gate) = gate else {
+            return self.send(current, evalsha).await.map(|v| (v, None));
+        };
+        // One pipeline on one connection: WAIT counts the replicas that acknowledged every
+        // write this connection made before it, the script's included.
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors()
+            .add_command(evalsha.clone())
+            .cmd("WAIT")
+            .arg(gate.replicas())
+            .arg(u64::try_from(gate.timeout().as_millis()).unwrap_or(u64::MAX));
+        let mut connection = current.connection.clone();
+        let result = connection.query_pipeline(&pipe).await.and_then(|replies| {
+            let mut replies = replies.into_iter();
+            let reply = server_error(replies.next().unwrap_or(Value::Nil))?;
+            // A WAIT that failed (say, refused on a replica) confirmed nothing; the script's
+            // reply stands and the gate decides what it means.
+            let confirmed = match replies.next() {
+                Some(Value::Int(n)) => u32::try_from(n).unwrap_or(0),
+                _ => 0,
+            };
+            Ok((reply, Some(confirmed)))
+        });
+        result.map_err(|err| self.classify(current, &err))
+    }
+
+    /// Classifies a failed send, dropping the connection when that failure calls for it.
+    fn classify(&self, current: &Current, err: &redis::RedisError) -> Classified {
+        let classified = classify::after_send(err);
+        if self.connector.drops_connection_after(&classified) {
+            self.forget(current.generation);
+        }
+        classified
+    }
+
+    /// Runs `script` by EVALSHA with `args` appended (numkeys, keys, then arguments), then
+    /// `WAIT` when `gate` is given. On NOSCRIPT only, loads the script and retries once:
+    /// NOSCRIPT proves it did not run. Returns the reply and, when gated, the number of
+    /// replicas that confirmed it.
     ///
     /// After warm-up this is exactly one round trip.
     pub(crate) async fn eval(
         &self,
         script: &LeaseScript,
+        gate: Option<ReplicationGate>,
         args: impl Fn(&mut Cmd),
-    ) -> Result<Value, Failure> {
+    ) -> Result<(Value, Option<u32>), Failure> {
         // The in-flight limit is checked before anything else, so Overloaded never sends.
         let _permit = self
             .in_flight
@@ -223,8 +276,8 @@ impl Link {
         let mut evalsha = redis::cmd("EVALSHA");
         evalsha.arg(script.sha());
         args(&mut evalsha);
-        match self.send(&current, &evalsha).await {
-            Ok(value) => return Ok(value),
+        match self.send_script(&current, &evalsha, gate).await {
+            Ok(replied) => return Ok(replied),
             Err(Classified::NoScript) => {}
             Err(Classified::NotApplied(u)) => return Err(Failure::Unavailable(u)),
             Err(Classified::Unknown(i)) => return Err(Failure::Indeterminate(i)),
@@ -245,8 +298,8 @@ impl Link {
                 format!("loading the {} script failed: {detail}", script.name),
             )));
         }
-        match self.send(&current, &evalsha).await {
-            Ok(value) => Ok(value),
+        match self.send_script(&current, &evalsha, gate).await {
+            Ok(replied) => Ok(replied),
             Err(Classified::NoScript) => Err(Failure::Unavailable(Unavailable::new(
                 UnavailableCause::ScriptMissing,
                 format!(

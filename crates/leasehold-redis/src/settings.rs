@@ -16,6 +16,26 @@ pub struct RedisSettings {
     connect_timeout: Duration,
     retry_after_fallback: Duration,
     max_in_flight: usize,
+    replication: Option<ReplicationGate>,
+}
+
+/// How many replicas must confirm a grant or renewal (`WAIT`) before it counts as applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicationGate {
+    replicas: u32,
+    timeout: Duration,
+}
+
+impl ReplicationGate {
+    /// Returns how many replicas must confirm.
+    pub fn replicas(&self) -> u32 {
+        self.replicas
+    }
+
+    /// Returns how long the primary waits for them.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
 }
 
 impl Default for RedisSettings {
@@ -27,6 +47,7 @@ impl Default for RedisSettings {
             connect_timeout: Duration::from_millis(1000),
             retry_after_fallback: Duration::from_millis(50),
             max_in_flight: 1024,
+            replication: None,
         }
     }
 }
@@ -39,6 +60,17 @@ fn check_duration(name: &str, value: Duration, max: Duration) -> Result<(), Erro
     if value.is_zero() || value > max {
         return Err(invalid(format!(
             "{name} must be above zero and at most {max:?}, got {value:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// The `WAIT` must answer within the command timeout, with room for the round trip.
+fn check_gate_fits(gate: Duration, command_timeout: Duration) -> Result<(), Error> {
+    if gate >= command_timeout {
+        return Err(invalid(format!(
+            "replication timeout ({gate:?}) must be below the command timeout \
+             ({command_timeout:?})"
         )));
     }
     Ok(())
@@ -98,9 +130,13 @@ impl RedisSettings {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidSetting`] if zero or above 60 s.
+    /// [`ErrorKind::InvalidSetting`] if zero or above 60 s, or not above the replication
+    /// gate's timeout when one is set.
     pub fn with_command_timeout(mut self, timeout: Duration) -> Result<Self, Error> {
         check_duration("command timeout", timeout, Duration::from_secs(60))?;
+        if let Some(gate) = self.replication {
+            check_gate_fits(gate.timeout, timeout)?;
+        }
         self.command_timeout = timeout;
         Ok(self)
     }
@@ -143,6 +179,38 @@ impl RedisSettings {
         }
         self.max_in_flight = limit;
         Ok(self)
+    }
+
+    /// Gates grants and renewals on replication: after the script, on the same connection,
+    /// `WAIT replicas timeout` runs, and a grant or renewal that fewer than `replicas` replicas
+    /// confirmed within `timeout` is `Indeterminate` (`NotReplicated`) rather than applied.
+    /// Replaying the acquire (or renewing again) waits for the replicas once more.
+    ///
+    /// This narrows what a failover can lose — a grant, a renewal's extension, the fence
+    /// counter's increment — to what fewer than `replicas` replicas had. It does not make
+    /// Redis strongly consistent: a failover may still promote a replica that did not confirm,
+    /// and writes are not rolled back when the gate is not met. Standalone and Sentinel
+    /// deployments only: a cluster backend refuses it.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidSetting`] if `replicas` is zero, or `timeout` is zero or not below
+    /// the command timeout (the `WAIT` must answer before the command times out).
+    pub fn with_replication(mut self, replicas: u32, timeout: Duration) -> Result<Self, Error> {
+        if replicas == 0 {
+            return Err(invalid(
+                "replication gate needs at least one replica".to_owned(),
+            ));
+        }
+        check_duration("replication timeout", timeout, Duration::from_secs(60))?;
+        check_gate_fits(timeout, self.command_timeout)?;
+        self.replication = Some(ReplicationGate { replicas, timeout });
+        Ok(self)
+    }
+
+    /// Returns the replication gate, if one is set.
+    pub fn replication(&self) -> Option<ReplicationGate> {
+        self.replication
     }
 
     /// Returns the namespace.
@@ -208,6 +276,29 @@ mod tests {
                 .is_err()
         );
         assert!(s.clone().with_max_in_flight(0).is_err());
+        assert!(
+            s.clone()
+                .with_replication(0, Duration::from_millis(50))
+                .is_err()
+        );
+        assert!(s.clone().with_replication(1, Duration::ZERO).is_err());
+        // The WAIT must answer before the command times out, whichever is set first.
+        assert!(
+            s.clone()
+                .with_replication(1, Duration::from_millis(200))
+                .is_err()
+        );
+        let gated = s
+            .clone()
+            .with_replication(1, Duration::from_millis(50))
+            .unwrap();
+        assert!(
+            gated
+                .clone()
+                .with_command_timeout(Duration::from_millis(50))
+                .is_err()
+        );
+        assert!(gated.with_command_timeout(Duration::from_secs(1)).is_ok());
         assert!(s.with_namespace("my-app.prod_1").is_ok());
     }
 }

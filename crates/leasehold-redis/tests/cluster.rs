@@ -254,4 +254,10 @@ fn a_cluster_needs_a_seed_and_parsable_urls() {
     let err = RedisBackend::open_cluster(&["redis://:secret@[bad"], RedisSettings::default())
         .expect_err("bad URL");
     assert!(!err.to_string().contains("secret"), "{err}");
+    // WAIT has no key: the cluster client could not send it to the script's node.
+    let gated = RedisSettings::default()
+        .with_replication(1, Duration::from_millis(50))
+        .unwrap();
+    let err = RedisBackend::open_cluster(&["redis://127.0.0.1:7000"], gated).expect_err("gated");
+    assert_eq!(err.kind(), leasehold_redis::ErrorKind::Unsupported);
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::request;
 use leasehold_redis::leasehold::{
-    AcquireOutcome, LeaseHandle, LeaseState, ReleaseOutcome, RenewOutcome,
+    AcquireOutcome, IndeterminateCause, LeaseHandle, LeaseState, ReleaseOutcome, RenewOutcome,
 };
 use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
 use test_support::{RedisSentinel, Reply, sentinel::SERVICE};
@@ -204,4 +204,78 @@ async fn release_notices_still_hand_off_after_a_failover() {
         "{:?}",
         acquired_at - released_at
     );
+}
+
+/// A client whose grants and renewals wait for one replica (up to 200 ms of a 1 s command).
+fn gated_client(deployment: &RedisSentinel) -> RedisLeases {
+    let settings = RedisSettings::default()
+        .with_command_timeout(Duration::from_secs(1))
+        .unwrap()
+        .with_replication(1, Duration::from_millis(200))
+        .unwrap();
+    RedisBackend::open_sentinel(&deployment.sentinel_urls(), SERVICE, None, settings)
+        .expect("valid sentinel URLs")
+        .into_client()
+}
+
+#[tokio::test]
+async fn a_gated_grant_is_on_the_replica_when_it_is_acquired() {
+    let deployment = RedisSentinel::start();
+    let client = gated_client(&deployment);
+    // Scripts loaded first: a NOSCRIPT retry would send its pipeline, WAIT included, twice.
+    client.backend().warm_up().await.expect("warm-up");
+    let holder = request(&client, "s5", "op-a", LEASE_TTL);
+    let lease = client
+        .try_acquire(&holder)
+        .await
+        .into_handle()
+        .expect("free");
+    // WAIT returned after the replica acknowledged: no polling needed.
+    let key = common::lease_key(&client, &holder);
+    assert!(deployment.replica().keys().contains(&key));
+    assert_eq!(
+        deployment
+            .replica()
+            .cmd(&["GET", &format!("{key}:fence")])
+            .as_string(),
+        Some("1".into())
+    );
+    assert!(lease.renew().await.is_renewed());
+    let waits = deployment.master().commandstats().get("wait").copied();
+    assert_eq!(waits, Some(2), "one WAIT per grant and per renewal");
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+}
+
+#[tokio::test]
+async fn a_grant_no_replica_confirmed_is_unknown_until_a_replay_confirms_it() {
+    let deployment = RedisSentinel::start();
+    let client = gated_client(&deployment);
+    client.backend().warm_up().await.expect("warm-up");
+    let holder = request(&client, "s6", "op-a", LEASE_TTL);
+    let key = common::lease_key(&client, &holder);
+    let paused = deployment.replica().pause();
+    match client.try_acquire(&holder).await {
+        AcquireOutcome::Indeterminate { cause, .. } => {
+            assert_eq!(cause.cause, IndeterminateCause::NotReplicated, "{cause}");
+        }
+        other => panic!("expected Indeterminate(NotReplicated), got {other:?}"),
+    }
+    // The primary applied it; only its durability is unknown.
+    assert!(deployment.master().keys().contains(&key));
+    paused.resume();
+    let lease = match client.try_acquire(&holder).await {
+        AcquireOutcome::Replayed(lease) => lease,
+        other => panic!("expected Replayed once the replica is back, got {other:?}"),
+    };
+    assert_eq!(lease.fence().get(), 1);
+    // A renewal no replica confirms leaves the handle Unknown, never Active.
+    let paused = deployment.replica().pause();
+    match lease.renew().await {
+        RenewOutcome::Indeterminate(i) => assert_eq!(i.cause, IndeterminateCause::NotReplicated),
+        other => panic!("expected Indeterminate(NotReplicated), got {other:?}"),
+    }
+    assert_eq!(lease.state(), LeaseState::Unknown);
+    paused.resume();
+    assert!(lease.renew().await.is_renewed());
+    assert_eq!(lease.state(), LeaseState::Active);
 }

@@ -87,6 +87,9 @@ pub enum IndeterminateCause {
     UnexpectedReply,
     /// The server replied with an error raised while the command may have run.
     ServerError,
+    /// The primary applied the write, but fewer replicas than required confirmed it in time:
+    /// a failover could still lose it. Replay (or renew again) to wait for them once more.
+    NotReplicated,
 }
 
 /// A command whose outcome is unknown: it may or may not have been applied.
