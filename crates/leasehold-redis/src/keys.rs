@@ -35,6 +35,19 @@ impl KeyLayout {
         channel
     }
 
+    /// Returns the key of the fenced record `name` of `resource` (same hash slot).
+    pub fn record_key(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        name: &crate::fenced::RecordName,
+    ) -> String {
+        let mut key = self.lease_key(purpose, resource);
+        key.push_str(":record:");
+        key.push_str(name.as_str());
+        key
+    }
+
     /// Returns the fencing counter key for `purpose` and `resource` (same hash slot).
     pub fn fence_key(&self, purpose: &Purpose, resource: &ResourceDigest) -> String {
         let mut key = self.lease_key(purpose, resource);

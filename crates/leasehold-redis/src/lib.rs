@@ -39,6 +39,7 @@
 //!
 //! - `lua/`: the scripts, each opening with its contract (KEYS, ARGV, replies);
 //! - [`keys`]: the key layout;
+//! - [`fenced`]: fenced writes, the effect point that rejects a stale holder's data;
 //! - [`settings`]: timeouts, limits, namespace;
 //! - internal: the connection and EVALSHA path, error classification, reply decoding.
 
@@ -63,12 +64,14 @@ use leasehold::{
 
 mod classify;
 mod decode;
+pub mod fenced;
 pub mod keys;
 mod link;
 mod notices;
 mod scripts;
 pub mod settings;
 
+pub use fenced::{FencedWrite, RecordName};
 pub use keys::KeyLayout;
 
 /// The README's examples compile as doctests.

@@ -1,4 +1,4 @@
-//! The four Lua scripts, loaded once from `lua/*.lua`.
+//! The four lease scripts and the fenced write, loaded once from `lua/*.lua`.
 
 use std::sync::LazyLock;
 
@@ -34,7 +34,10 @@ pub(crate) static RELEASE: LazyLock<LeaseScript> =
 pub(crate) static INSPECT: LazyLock<LeaseScript> =
     LazyLock::new(|| LeaseScript::new("inspect", include_str!("../lua/inspect.lua")));
 
+pub(crate) static FENCED_WRITE: LazyLock<LeaseScript> =
+    LazyLock::new(|| LeaseScript::new("fenced_write", include_str!("../lua/fenced_write.lua")));
+
 /// Every script, for warm-up.
-pub(crate) fn all() -> [&'static LeaseScript; 4] {
-    [&ACQUIRE, &RENEW, &RELEASE, &INSPECT]
+pub(crate) fn all() -> [&'static LeaseScript; 5] {
+    [&ACQUIRE, &RENEW, &RELEASE, &INSPECT, &FENCED_WRITE]
 }

@@ -91,6 +91,25 @@ async fn leases_live_on_the_node_that_owns_their_slot() {
                 .await,
             InspectOutcome::HeldByThisAttempt(_)
         ));
+        // A fenced record shares the lease's slot: the script may touch it on that node.
+        let record = leasehold_redis::RecordName::new("state").unwrap();
+        let written = client
+            .backend()
+            .fenced_write(
+                holder.purpose(),
+                holder.resource(),
+                &record,
+                lease.fence(),
+                b"x",
+            )
+            .await;
+        assert_eq!(written, leasehold_redis::FencedWrite::Written);
+        let record_key =
+            client
+                .backend()
+                .keys()
+                .record_key(holder.purpose(), holder.resource(), &record);
+        assert!(cluster.nodes()[index].keys().contains(&record_key));
         assert_eq!(lease.release().await, ReleaseOutcome::Released);
         assert_eq!(
             client

@@ -21,6 +21,9 @@ pub enum ErrorKind {
     InvalidDriftBudget,
     /// A setting (namespace, key version, timeout, limit…) was out of its documented bounds.
     InvalidSetting,
+    /// A record name (for a fenced write) was empty, too long or used characters outside
+    /// `[a-z0-9._-]`.
+    InvalidRecordName,
     /// The operating system's random number generator could not produce an owner token.
     Entropy,
     /// The watchdog already keeps as many leases as it was built for.
@@ -71,6 +74,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::InvalidWaitTimeout => "invalid wait timeout",
             ErrorKind::InvalidDriftBudget => "invalid drift budget",
             ErrorKind::InvalidSetting => "invalid setting",
+            ErrorKind::InvalidRecordName => "invalid record name",
             ErrorKind::Entropy => "no entropy",
             ErrorKind::WatchdogFull => "watchdog full",
         };

@@ -44,7 +44,7 @@ pub fn lease_key(client: &RedisLeases, request: &LeaseRequest) -> String {
 
 /// Commands the lease scripts run *inside* EVALSHA; INFO commandstats counts them too.
 pub const SCRIPT_INTERNAL: &[&str] = &[
-    "get", "set", "incr", "pttl", "pexpire", "del", "publish", "spublish",
+    "get", "set", "incr", "pttl", "pexpire", "del", "publish", "spublish", "hget", "hset",
 ];
 
 /// Calls per command between two commandstats snapshots, leaving out INFO itself.

@@ -1,0 +1,189 @@
+//! Fenced writes for data kept in Redis: the effect point that rejects a stale holder.
+//!
+//! A lease alone cannot stop a holder that was paused past its TTL from writing after a new
+//! holder was granted. A fenced write can: [`RedisBackend::fenced_write`] stores a value in a
+//! record next to the lease (same hash slot) only if no write with a higher fence was accepted
+//! before, atomically in one script. The new holder's first write raises the record's fence,
+//! and from then on the old holder's writes are refused as [`FencedWrite::Stale`].
+
+use std::fmt;
+
+use leasehold::{
+    Error, ErrorKind, Failure, FenceToken, Indeterminate, IndeterminateCause, Purpose,
+    ResourceDigest,
+};
+
+use crate::{RedisBackend, scripts};
+
+/// The longest record name, in bytes.
+pub const MAX_RECORD_NAME_LEN: usize = 64;
+
+/// The name of a fenced record of a resource: `[a-z0-9._-]{1,64}`.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct RecordName(String);
+
+impl RecordName {
+    /// Validates `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidRecordName`] unless it is 1 to [`MAX_RECORD_NAME_LEN`] bytes of
+    /// `a-z`, `0-9`, `.`, `_` or `-`.
+    pub fn new(name: impl Into<String>) -> Result<Self, Error> {
+        let name = name.into();
+        let charset_ok = name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+        if name.is_empty() || name.len() > MAX_RECORD_NAME_LEN || !charset_ok {
+            return Err(Error::new(
+                ErrorKind::InvalidRecordName,
+                format!("must match [a-z0-9._-]{{1,{MAX_RECORD_NAME_LEN}}}"),
+            ));
+        }
+        Ok(Self(name))
+    }
+
+    /// Returns the name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for RecordName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RecordName({:?})", self.0)
+    }
+}
+
+impl fmt::Display for RecordName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The outcome of a fenced write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+#[must_use = "a fenced write may have been refused as stale, or be indeterminate"]
+pub enum FencedWrite {
+    /// Stored: no higher fence had written the record.
+    Written,
+    /// Refused, nothing changed: a write with a higher fence was accepted before — the
+    /// writer's lease was granted to someone else since.
+    Stale {
+        /// The fence of the record's last accepted write.
+        current: FenceToken,
+    },
+    /// Not written, or sent with an unknown outcome, or refused locally.
+    Failed(Failure),
+}
+
+impl RedisBackend {
+    /// Stores `value` in the record `name` of `resource` if no write with a fence above
+    /// `fence` was accepted before (equal fences are accepted: one grant writing again).
+    ///
+    /// Pass the fence of the grant the work runs under (`lease.fence()`). The record lives
+    /// next to the lease, in the same Cluster slot, as a hash with fields `fence` and `value`
+    /// under [`KeyLayout::record_key`](crate::KeyLayout::record_key); read it with `HGET`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future after the command was sent leaves its outcome unknown, like an
+    /// `Indeterminate` result; writing the same value with the same fence again is harmless.
+    pub async fn fenced_write(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        name: &RecordName,
+        fence: FenceToken,
+        value: &[u8],
+    ) -> FencedWrite {
+        let key = self.keys().record_key(purpose, resource, name);
+        let reply = self
+            .link
+            .eval(&scripts::FENCED_WRITE, None, |cmd| {
+                cmd.arg(1).arg(&key).arg(fence.get()).arg(value);
+            })
+            .await;
+        match reply {
+            Ok((value, _)) => decode(&value).unwrap_or_else(|detail| {
+                FencedWrite::Failed(Failure::Indeterminate(Indeterminate::new(
+                    IndeterminateCause::UnexpectedReply,
+                    detail,
+                )))
+            }),
+            Err(failure) => FencedWrite::Failed(failure),
+        }
+    }
+}
+
+/// Decodes a `fenced_write.lua` reply: `{1, fence}` or `{0, current}`.
+fn decode(value: &redis::Value) -> Result<FencedWrite, String> {
+    let bad = || format!("unexpected fenced_write reply: {value:?}");
+    let redis::Value::Array(items) = value else {
+        return Err(bad());
+    };
+    let fence_of = |v: Option<&redis::Value>| match v {
+        Some(redis::Value::BulkString(b)) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .and_then(FenceToken::new),
+        Some(redis::Value::Int(n)) => u64::try_from(*n).ok().and_then(FenceToken::new),
+        _ => None,
+    };
+    match items.first() {
+        Some(redis::Value::Int(1)) => Ok(FencedWrite::Written),
+        Some(redis::Value::Int(0)) => fence_of(items.get(1))
+            .map(|current| FencedWrite::Stale { current })
+            .ok_or_else(bad),
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value;
+
+    #[test]
+    fn names_are_validated_before_any_io() {
+        for bad in ["", "A", "a b", "{x}", "a:b", &"n".repeat(65)] {
+            assert_eq!(
+                RecordName::new(bad).unwrap_err().kind(),
+                ErrorKind::InvalidRecordName,
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            RecordName::new("orders.v2-1_x").unwrap().as_str(),
+            "orders.v2-1_x"
+        );
+    }
+
+    #[test]
+    fn replies_decode_and_garbage_is_an_error_not_a_panic() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        assert_eq!(
+            decode(&Value::Array(vec![Value::Int(1), bulk("7")])),
+            Ok(FencedWrite::Written)
+        );
+        assert_eq!(
+            decode(&Value::Array(vec![
+                Value::Int(0),
+                bulk("18446744073709551615")
+            ])),
+            Ok(FencedWrite::Stale {
+                current: FenceToken::new(u64::MAX).unwrap()
+            })
+        );
+        for garbage in [
+            Value::Nil,
+            Value::Array(vec![]),
+            Value::Array(vec![Value::Int(0), bulk("x")]),
+            Value::Array(vec![Value::Int(0), bulk("0")]),
+            Value::Array(vec![Value::Int(2), bulk("1")]),
+        ] {
+            assert!(decode(&garbage).is_err(), "{garbage:?}");
+        }
+    }
+}
