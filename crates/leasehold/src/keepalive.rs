@@ -259,19 +259,30 @@ enum Command {
     Stop(u64),
 }
 
-/// A kept lease's place in the watchdog: dropping it tells the task to forget the lease, then
-/// frees the slot. In that order, so that a registration made with the freed slot always
-/// reaches the task after the forgetting.
+/// A kept lease's place in the watchdog: dropping it tells the task to forget the lease (if
+/// `stop` did not already), then frees the slot. In that order, so that a registration made
+/// with the freed slot always reaches the task after the forgetting.
 struct Registration {
     id: u64,
+    stopped: bool,
     runner: Arc<Runner>,
     _slot: OwnedSemaphorePermit,
 }
 
+impl Registration {
+    /// Tells the task to forget the lease: it starts no renewal of it after reading this.
+    fn stop(&mut self) {
+        if !self.stopped {
+            self.stopped = true;
+            // Fails only if the task has ended, and then there is nothing to stop.
+            let _ = self.runner.commands.send(Command::Stop(self.id));
+        }
+    }
+}
+
 impl Drop for Registration {
     fn drop(&mut self) {
-        // Fails only if the task has ended, and then there is nothing to stop.
-        let _ = self.runner.commands.send(Command::Stop(self.id));
+        self.stop();
     }
 }
 
@@ -312,14 +323,16 @@ impl<B: LeaseBackend> KeptLease<B> {
         let KeptLease {
             handle,
             signal,
-            registration,
+            mut registration,
         } = self;
         // Stop first, so the watchdog starts no renewal of it after this. A renewal already
         // being sent is left to finish (the watchdog ignores its outcome), and the release
-        // below waits for it: the release is the last command this lease sends.
-        drop(registration);
+        // below waits for it: the release is the last command this lease sends. The
+        // registration keeps the task running until then, even if it is the last one.
+        registration.stop();
         let outcome = handle.release().await;
         signal.fire(LossReason::Released);
+        drop(registration);
         outcome
     }
 }
@@ -393,6 +406,7 @@ impl Watchdog {
             signal,
             registration: Registration {
                 id,
+                stopped: false,
                 runner,
                 _slot: slot,
             },
@@ -407,7 +421,7 @@ impl Watchdog {
             return Arc::clone(runner);
         }
         let (commands, received) = mpsc::unbounded_channel();
-        let task = tokio::spawn(Keeper::new(self.settings).run(received));
+        let task = tokio::spawn(Keeper::new(self.settings, received).run());
         let runner = Arc::new(Runner {
             commands,
             next_id: AtomicU64::new(0),
@@ -505,6 +519,7 @@ enum Event {
 /// The watchdog's task: every kept lease, one timer wheel, the renewals in flight.
 struct Keeper {
     settings: KeepAliveSettings,
+    commands: mpsc::UnboundedReceiver<Command>,
     leases: HashMap<u64, Entry>,
     timers: DelayQueue<u64>,
     /// Leases whose renewal is due and waits for a send slot, in the order they came due.
@@ -513,9 +528,10 @@ struct Keeper {
 }
 
 impl Keeper {
-    fn new(settings: KeepAliveSettings) -> Self {
+    fn new(settings: KeepAliveSettings, commands: mpsc::UnboundedReceiver<Command>) -> Self {
         Self {
             settings,
+            commands,
             leases: HashMap::new(),
             timers: DelayQueue::new(),
             ready: VecDeque::new(),
@@ -523,9 +539,9 @@ impl Keeper {
         }
     }
 
-    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+    async fn run(mut self) {
         loop {
-            match poll_fn(|cx| self.poll_event(&mut commands, cx)).await {
+            match poll_fn(|cx| self.poll_event(cx)).await {
                 Event::Command(Some(command)) => self.command(command),
                 // Every sender is gone, so every lease was stopped: nothing is left to keep.
                 Event::Command(None) => return,
@@ -536,14 +552,10 @@ impl Keeper {
         }
     }
 
-    fn poll_event(
-        &mut self,
-        commands: &mut mpsc::UnboundedReceiver<Command>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Event> {
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Event> {
         // Commands first, so a stop is seen before that lease's next timer; completed
         // renewals before timers, so that their send slots are free for the due ones.
-        if let Poll::Ready(command) = commands.poll_recv(cx) {
+        if let Poll::Ready(command) = self.commands.poll_recv(cx) {
             return Poll::Ready(Event::Command(command));
         }
         if let Poll::Ready(Some((id, outcome))) = self.sending.poll_next_unpin(cx) {
@@ -717,8 +729,31 @@ impl Keeper {
 
 impl Drop for Keeper {
     fn drop(&mut self) {
+        // Catch up on what the task was told but had not read: leases dropped just before it
+        // was aborted were let go, not lost; leases kept just before it ended were never
+        // renewed, and must be told.
+        while let Ok(command) = self.commands.try_recv() {
+            match command {
+                Command::Keep { id, lease, signal } => {
+                    let phase = Phase::Waiting { failing: false };
+                    let timer = None;
+                    self.leases.insert(
+                        id,
+                        Entry {
+                            lease,
+                            signal,
+                            timer,
+                            phase,
+                        },
+                    );
+                }
+                Command::Stop(id) => {
+                    self.leases.remove(&id);
+                }
+            }
+        }
         // The task is ending (its runtime shut down, or it was aborted): nothing will renew
-        // these leases any more, so their work must be told.
+        // the leases left any more, so their work must be told.
         for entry in self.leases.values() {
             if entry.phase != Phase::Done {
                 entry.signal.fire(LossReason::WatchdogStopped);
