@@ -26,11 +26,18 @@
 //! the backend to give up. A renewal that is due with only the margin left and no failure yet
 //! (a lease kept late in its life, a starved runtime, or a cadence longer than the time to the
 //! margin) is sent as a last chance: the signal fires if it fails, or when validity runs out.
+//! A lease found with no validity left at all (a runtime starved past the whole margin) gets
+//! no renewal: the signal fires at once, [`LossReason::Expired`].
 //!
 //! Due renewals are sent concurrently, at most [`KeepAliveSettings::with_max_in_flight`] at
 //! once and the rest in the order they came due, so that they pipeline over the backend's
 //! multiplexed connection. A renewal's future is allocated when it is sent and freed when it
-//! completes: a lease between renewals costs about 200 bytes of the watchdog's memory.
+//! completes: between renewals a lease costs the watchdog a map entry and a wheel slot (about
+//! 200 bytes; under 500 with its [`KeptLease`] and [`LossSignal`]).
+//!
+//! The watchdog is not generic: leases of any backend share its task, each seen through a
+//! type-erased view of its handle. A backend that panics while renewing stops only its own
+//! lease (its signal fires, [`LossReason::WatchdogStopped`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
