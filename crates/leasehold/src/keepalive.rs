@@ -21,13 +21,15 @@
 //! - while a renewal is due (queued for a send slot, or being sent), the instant at which the
 //!   signal must fire if no confirmation has come by then: the margin point.
 //!
-//! When a slot comes due with the margin reached after a failed renewal, the signal fires;
-//! a margin point reached while a renewal is still being sent fires it too, without waiting for
-//! the backend to give up. A renewal that is due with only the margin left and no failure yet
-//! (a lease kept late in its life, a starved runtime, or a cadence longer than the time to the
-//! margin) is sent as a last chance: the signal fires if it fails, or when validity runs out.
-//! A lease found with no validity left at all (a runtime starved past the whole margin) gets
-//! no renewal: the signal fires at once, [`LossReason::Expired`].
+//! So the signal fires at the margin point when the last renewal failed, and also when a
+//! renewal is still unanswered then, without waiting for the backend to give up. One grace: a
+//! first attempt after a confirmation is always given a retry interval to be answered, even if
+//! that reaches past the margin point (but never past the end of validity). Renewals at the
+//! cadence are sent long before the margin point, so this only matters for one that comes due
+//! close to it — a lease kept late in its life, a runtime that was starved, a cadence that
+//! reaches past the margin point — which would otherwise be given up on before it could be
+//! answered. A retry after a failure gets no grace. A lease found with no validity left at all
+//! gets no renewal: the signal fires at once, [`LossReason::Expired`].
 //!
 //! Due renewals are sent concurrently, at most [`KeepAliveSettings::with_max_in_flight`] at
 //! once and the rest in the order they came due, so that they pipeline over the backend's
@@ -217,6 +219,20 @@ impl KeepAliveSettings {
     /// defaults at least two retries happen between the first failure and the signal.
     fn retry(&self, ttl: Duration) -> Duration {
         (self.cadence(ttl) / 4).max(Duration::from_millis(1))
+    }
+
+    /// How long, with `remaining` validity, the signal waits for a due renewal to be
+    /// confirmed: until the margin point. A first attempt after a confirmation gets at least a
+    /// retry interval even if that reaches past the margin point (it may have come due just
+    /// before it: a lease kept late, a starved runtime), but never past the end of validity;
+    /// a retry after a failure gets no such grace.
+    fn patience(&self, ttl: Duration, remaining: Duration, failing: bool) -> Duration {
+        let to_margin = remaining.saturating_sub(self.margin(ttl));
+        if failing {
+            to_margin
+        } else {
+            to_margin.max(self.retry(ttl)).min(remaining)
+        }
     }
 }
 
@@ -478,9 +494,14 @@ enum Phase {
     /// first. `failing`: the last renewal failed or went unanswered.
     Waiting { failing: bool },
     /// A renewal is due: queued for a send slot, or `sending`. The slot holds the instant the
-    /// signal fires unless a confirmation comes first: the margin point, or the end of
-    /// validity for a `last_chance` renewal (one that came due with only the margin left).
-    Due { last_chance: bool, sending: bool },
+    /// signal fires unless a confirmation comes first: when the remaining validity falls to
+    /// `floor` (the margin, or less for a first attempt sent close to the margin point; see
+    /// `KeepAliveSettings::patience`).
+    Due {
+        failing: bool,
+        sending: bool,
+        floor: Duration,
+    },
     /// The signal fired; nothing more is sent. The entry stays until the lease is dropped.
     Done,
 }
@@ -629,29 +650,28 @@ impl Keeper {
             return;
         };
         entry.timer = None;
-        let margin = self.settings.margin(entry.lease.ttl());
+        let ttl = entry.lease.ttl();
         let remaining = entry.lease.remaining_validity();
         match entry.phase {
             Phase::Waiting { failing } => {
-                if remaining.is_zero() || (failing && remaining <= margin) {
+                if remaining.is_zero() || (failing && remaining <= self.settings.margin(ttl)) {
                     let reason = margin_reason(entry.lease.as_ref());
                     self.fire(id, reason);
                     return;
                 }
-                let last_chance = remaining <= margin;
-                let floor = if last_chance { Duration::ZERO } else { margin };
+                let patience = self.settings.patience(ttl, remaining, failing);
                 entry.phase = Phase::Due {
-                    last_chance,
+                    failing,
                     sending: false,
+                    floor: remaining - patience,
                 };
-                set_timer(&mut self.timers, id, entry, remaining - floor);
+                set_timer(&mut self.timers, id, entry, patience);
                 self.ready.push_back(id);
             }
-            Phase::Due { last_chance, .. } => {
-                let floor = if last_chance { Duration::ZERO } else { margin };
+            Phase::Due { floor, .. } => {
                 if remaining <= floor {
-                    // Unconfirmed at the margin: stop the work now, whether the renewal is
-                    // still queued or being sent. It may yet succeed; the signal cannot wait.
+                    // Unconfirmed in time: stop the work now, whether the renewal is still
+                    // queued or being sent. It may yet succeed; the signal cannot wait.
                     let reason = margin_reason(entry.lease.as_ref());
                     self.fire(id, reason);
                 } else {
@@ -670,7 +690,7 @@ impl Keeper {
             return;
         };
         if entry.phase == Phase::Done {
-            // The signal fired at the margin while this was being sent; it cannot be undone.
+            // The signal fired while this was being sent; it cannot be undone.
             return;
         }
         let reason = match outcome {
@@ -701,21 +721,34 @@ impl Keeper {
             let Some(id) = self.ready.pop_front() else {
                 return;
             };
-            // Stopped, or fired at the margin while it waited: skip it.
+            // Stopped, or fired while it waited: skip it.
             let Some(entry) = self.leases.get_mut(&id) else {
                 continue;
             };
             let Phase::Due {
-                last_chance,
+                failing,
                 sending: false,
+                ..
             } = entry.phase
             else {
                 continue;
             };
+            let ttl = entry.lease.ttl();
+            let remaining = entry.lease.remaining_validity();
+            if remaining.is_zero() || (failing && remaining <= self.settings.margin(ttl)) {
+                // Its time ran out while it queued (its timer would say so next).
+                let reason = margin_reason(entry.lease.as_ref());
+                self.fire(id, reason);
+                continue;
+            }
+            // The wait for the answer counts from the send, not from when it came due.
+            let patience = self.settings.patience(ttl, remaining, failing);
             entry.phase = Phase::Due {
-                last_chance,
+                failing,
                 sending: true,
+                floor: remaining - patience,
             };
+            set_timer(&mut self.timers, id, entry, patience);
             self.sending.push(Sending {
                 id,
                 renewal: Arc::clone(&entry.lease).renew(),
