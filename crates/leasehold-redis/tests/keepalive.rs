@@ -182,3 +182,42 @@ async fn a_full_watchdog_refuses_with_a_typed_error() {
     assert_eq!(b.release().await, ReleaseOutcome::Released);
     assert_eq!(kept.release().await, ReleaseOutcome::Released);
 }
+
+#[tokio::test]
+async fn one_watchdog_keeps_many_leases_alive_with_few_renewals_in_flight() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    // 500 leases past two TTLs, at most 16 renewals in flight: the rest queue and still
+    // come round well inside the margin (a round of 500 takes milliseconds on loopback).
+    let ttl = Duration::from_secs(3);
+    let watchdog = Watchdog::new(KeepAliveSettings::default().with_max_in_flight(16).unwrap());
+    let mut kept = Vec::new();
+    let mut keys = Vec::new();
+    for i in 0..500 {
+        let req = request(&client, &format!("many-{i}"), "op-a", ttl);
+        let handle = client.try_acquire(&req).await.into_handle().expect("free");
+        keys.push((lease_key(&client, &req), handle.fence()));
+        kept.push(watchdog.keep(handle).map_err(|(e, _)| e).unwrap());
+    }
+    let before = server.commandstats();
+    tokio::time::sleep(ttl * 2 + Duration::from_millis(500)).await;
+    let renewals = common::delta(&before, &server.commandstats())
+        .get("evalsha")
+        .copied()
+        .unwrap_or(0);
+    let lost: Vec<_> = kept.iter().filter_map(|k| k.signal().reason()).collect();
+    assert!(lost.is_empty(), "lost: {lost:?}");
+    // 6.5 cadences passed: each lease was renewed six or seven times (five if a loaded
+    // machine delayed every round), never more.
+    assert!((2_500..=3_500).contains(&renewals), "{renewals} renewals");
+    for (key, fence) in &keys {
+        let stored = server.cmd(&["GET", key]).as_string().unwrap_or_default();
+        assert!(
+            stored.starts_with(&format!("{fence}:")),
+            "{key} is not ours"
+        );
+    }
+    for k in kept {
+        assert_eq!(k.release().await, ReleaseOutcome::Released);
+    }
+}

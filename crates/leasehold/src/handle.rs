@@ -44,6 +44,8 @@
 //! shorten it), but [`LeaseHandle::is_valid`] is false: the handle cannot vouch for more.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -158,6 +160,47 @@ impl<B: LeaseBackend> Shared<B> {
     }
 }
 
+/// A renewal being sent, owning everything it needs.
+pub(crate) type RenewFuture = Pin<Box<dyn Future<Output = RenewOutcome> + Send>>;
+
+/// A lease as the keep-alive watchdog sees it. Object safe, so that one watchdog task can keep
+/// leases of any backend type.
+pub(crate) trait Renewable: Send + Sync + 'static {
+    /// The TTL every renewal asks for.
+    fn ttl(&self) -> Duration;
+    /// As [`LeaseHandle::state`].
+    fn state(&self) -> LeaseState;
+    /// As [`LeaseHandle::remaining_validity`].
+    fn remaining_validity(&self) -> Duration;
+    /// Starts [`LeaseHandle::renew`]. The future is allocated here and lives only while the
+    /// renewal is being sent, so a lease waiting for its next renewal costs no future at all.
+    fn renew(self: Arc<Self>) -> RenewFuture;
+}
+
+impl<B: LeaseBackend> Renewable for Shared<B> {
+    fn ttl(&self) -> Duration {
+        self.grant.ttl()
+    }
+
+    fn state(&self) -> LeaseState {
+        let now = self.clock.now();
+        let mut core = self.lock();
+        core.observe(now);
+        core.state
+    }
+
+    fn remaining_validity(&self) -> Duration {
+        let now = self.clock.now();
+        let mut core = self.lock();
+        core.observe(now);
+        core.remaining(now)
+    }
+
+    fn renew(self: Arc<Self>) -> RenewFuture {
+        Box::pin(async move { LeaseHandle { shared: self }.renew().await })
+    }
+}
+
 impl<B: LeaseBackend> LeaseHandle<B> {
     pub(crate) fn new(
         backend: Arc<B>,
@@ -189,13 +232,6 @@ impl<B: LeaseBackend> LeaseHandle<B> {
         }
     }
 
-    /// Returns another handle on the same shared state (for the keep-alive task).
-    pub(crate) fn share(&self) -> Self {
-        Self {
-            shared: Arc::clone(&self.shared),
-        }
-    }
-
     pub(crate) fn downgrade(&self) -> std::sync::Weak<Shared<B>> {
         Arc::downgrade(&self.shared)
     }
@@ -208,21 +244,21 @@ impl<B: LeaseBackend> LeaseHandle<B> {
         self.shared.confirm(server_ttl, sent_at);
     }
 
+    /// Returns a type-erased view of the shared state, for the keep-alive watchdog.
+    pub(crate) fn renewable(&self) -> Arc<dyn Renewable> {
+        // No allocation: the `Arc<Shared<B>>` itself is coerced to a trait object.
+        Arc::clone(&self.shared) as Arc<dyn Renewable>
+    }
+
     /// Returns the handle's state, recording `Expired` if the validity ran out.
     pub fn state(&self) -> LeaseState {
-        let now = self.shared.clock.now();
-        let mut core = self.shared.lock();
-        core.observe(now);
-        core.state
+        self.shared.state()
     }
 
     /// Returns how much longer the handle can vouch for the lease; zero once it is expired,
     /// lost or released.
     pub fn remaining_validity(&self) -> Duration {
-        let now = self.shared.clock.now();
-        let mut core = self.shared.lock();
-        core.observe(now);
-        core.remaining(now)
+        self.shared.remaining_validity()
     }
 
     /// Returns true if and only if the handle is `Active` with validity left.

@@ -8,18 +8,59 @@
 //! the server's key could expire and be granted to anyone else. Validity only ever comes from
 //! confirmed renewals, counted from before they were sent, so a starved runtime can make the
 //! signal fire late but can never extend a lease.
+//!
+//! # How it runs
+//!
+//! One task per watchdog keeps all of its leases; a kept lease is an entry in a map and one
+//! slot in a timer wheel ([`DelayQueue`]), not a task. The slot holds the next instant that
+//! matters to the lease:
+//!
+//! - while it waits, the earlier of its next renewal (a cadence after the last confirmation,
+//!   or a retry interval — cadence / 4 — after a failed renewal) and its *margin point*, the
+//!   instant its remaining validity falls to the margin;
+//! - while a renewal is due (queued for a send slot, or being sent), the instant at which the
+//!   signal must fire if no confirmation has come by then: the margin point.
+//!
+//! So the signal fires at the margin point when the last renewal failed, and also when a
+//! renewal is still unanswered then, without waiting for the backend to give up. One grace: a
+//! first attempt after a confirmation is always given a retry interval to be answered, even if
+//! that reaches past the margin point (but never past the end of validity). Renewals at the
+//! cadence are sent long before the margin point, so this only matters for one that comes due
+//! close to it — a lease kept late in its life, a runtime that was starved, a cadence that
+//! reaches past the margin point — which would otherwise be given up on before it could be
+//! answered. A retry after a failure gets no grace. A lease found with no validity left at all
+//! gets no renewal: the signal fires at once, [`LossReason::Expired`].
+//!
+//! Due renewals are sent concurrently, at most [`KeepAliveSettings::with_max_in_flight`] at
+//! once and the rest in the order they came due, so that they pipeline over the backend's
+//! multiplexed connection. A renewal's future is allocated when it is sent and freed when it
+//! completes: between renewals a lease costs the watchdog a map entry and a wheel slot (about
+//! 230 bytes by their sizes; about 500 with its [`KeptLease`] and [`LossSignal`], as measured).
+//!
+//! The watchdog is not generic: leases of any backend share its task, each seen through a
+//! type-erased view of its handle. A backend that panics while renewing stops only its own
+//! lease (its signal fires, [`LossReason::WatchdogStopped`]).
 
-use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::future::{Future, poll_fn};
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
+use tokio_util::time::{DelayQueue, delay_queue};
 
 use crate::backend::LeaseBackend;
 use crate::error::{Error, ErrorKind};
-use crate::handle::{LeaseHandle, LeaseState};
+use crate::handle::{LeaseHandle, LeaseState, RenewFuture, Renewable};
 use crate::outcome::{ReleaseOutcome, RenewOutcome};
 
 /// Why a kept lease's work must stop.
@@ -34,6 +75,9 @@ pub enum LossReason {
     Expired,
     /// Renewals kept failing or going unanswered until only the safety margin was left.
     Unreachable,
+    /// The watchdog stopped renewing the lease: the runtime its task ran on shut down, or the
+    /// backend panicked while renewing it.
+    WatchdogStopped,
 }
 
 /// Fires once, with a reason, when a kept lease's work must stop. Clones share the signal.
@@ -77,6 +121,7 @@ pub struct KeepAliveSettings {
     cadence_divisor: u32,
     margin_divisor: u32,
     max_leases: usize,
+    max_in_flight: usize,
 }
 
 impl Default for KeepAliveSettings {
@@ -85,6 +130,7 @@ impl Default for KeepAliveSettings {
             cadence_divisor: 3,
             margin_divisor: 5,
             max_leases: 100_000,
+            max_in_flight: 256,
         }
     }
 }
@@ -138,13 +184,69 @@ impl KeepAliveSettings {
         self.max_leases = max;
         Ok(self)
     }
+
+    /// Sets how many renewals the watchdog sends at once (1 to 100,000; default 256); due
+    /// renewals beyond it wait, in the order they came due, for one to complete.
+    ///
+    /// It bounds the memory of renewals in flight (each holds the backend's send future), and
+    /// with a pipelining backend a few hundred at once are plenty: at 1 ms per round trip, 256
+    /// in flight renew 256,000 leases a second. Keep it at or below the backend's own in-flight
+    /// limit, or the excess comes back `Overloaded` (and is retried).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidSetting`] if out of range.
+    pub fn with_max_in_flight(mut self, max: usize) -> Result<Self, Error> {
+        if !(1..=100_000).contains(&max) {
+            return Err(Error::new(
+                ErrorKind::InvalidSetting,
+                "max in flight must be 1 to 100000",
+            ));
+        }
+        self.max_in_flight = max;
+        Ok(self)
+    }
+
+    fn cadence(&self, ttl: Duration) -> Duration {
+        ttl / self.cadence_divisor
+    }
+
+    fn margin(&self, ttl: Duration) -> Duration {
+        ttl / self.margin_divisor
+    }
+
+    /// The wait before retrying a failed renewal: a quarter of the cadence, so that with the
+    /// defaults at least two retries happen between the first failure and the signal.
+    fn retry(&self, ttl: Duration) -> Duration {
+        (self.cadence(ttl) / 4).max(Duration::from_millis(1))
+    }
+
+    /// How long, with `remaining` validity, the signal waits for a due renewal to be
+    /// confirmed: until the margin point. A first attempt after a confirmation gets at least a
+    /// retry interval even if that reaches past the margin point (it may have come due just
+    /// before it: a lease kept late, a starved runtime), but never past the end of validity;
+    /// a retry after a failure gets no such grace.
+    fn patience(&self, ttl: Duration, remaining: Duration, failing: bool) -> Duration {
+        let to_margin = remaining.saturating_sub(self.margin(ttl));
+        if failing {
+            to_margin
+        } else {
+            to_margin.max(self.retry(ttl)).min(remaining)
+        }
+    }
 }
 
-/// Renews every lease registered with it; one per client. Dropping it stops every renewal.
+/// Renews every lease registered with it, from one task; one per client. Clones share the task.
+///
+/// The task starts on the current tokio runtime at the first [`keep`](Self::keep), and stops
+/// once this watchdog, its clones and every lease it keeps are dropped. A kept lease therefore
+/// keeps being renewed even if the watchdog it came from is dropped first; drop (or release)
+/// the [`KeptLease`] to stop its renewals.
 #[derive(Debug, Clone)]
 pub struct Watchdog {
     settings: KeepAliveSettings,
     slots: Arc<Semaphore>,
+    runner: Arc<Mutex<Option<Arc<Runner>>>>,
 }
 
 impl Default for Watchdog {
@@ -153,17 +255,70 @@ impl Default for Watchdog {
     }
 }
 
+/// The watchdog's task and the way to talk to it. Held by the watchdog and by every lease it
+/// keeps; the task is aborted when the last of them lets go.
+struct Runner {
+    commands: mpsc::UnboundedSender<Command>,
+    next_id: AtomicU64,
+    _task: AbortOnDropHandle<()>,
+}
+
+impl fmt::Debug for Runner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runner")
+            .field("running", &!self.commands.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the watchdog's task is told. Registrations cost no memory beyond the message while it
+/// waits to be read: the channel is unbounded, but the semaphore bounds how many leases exist.
+enum Command {
+    Keep {
+        id: u64,
+        lease: Arc<dyn Renewable>,
+        signal: LossSignal,
+    },
+    Stop(u64),
+}
+
+/// A kept lease's place in the watchdog: dropping it tells the task to forget the lease (if
+/// `stop` did not already), then frees the slot. In that order, so that a registration made
+/// with the freed slot always reaches the task after the forgetting.
+struct Registration {
+    id: u64,
+    stopped: bool,
+    runner: Arc<Runner>,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Registration {
+    /// Tells the task to forget the lease: it starts no renewal of it after reading this.
+    fn stop(&mut self) {
+        if !self.stopped {
+            self.stopped = true;
+            // Fails only if the task has ended, and then there is nothing to stop.
+            let _ = self.runner.commands.send(Command::Stop(self.id));
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// A lease kept alive by a [`Watchdog`].
 #[must_use = "dropping a kept lease stops its renewals and leaves it held until its TTL runs out; call `release().await`"]
 pub struct KeptLease<B: LeaseBackend> {
     handle: LeaseHandle<B>,
     signal: LossSignal,
-    stop: CancellationToken,
-    _task: AbortOnDropHandle<()>,
+    registration: Registration,
 }
 
-impl<B: LeaseBackend> std::fmt::Debug for KeptLease<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl<B: LeaseBackend> fmt::Debug for KeptLease<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeptLease")
             .field("handle", &self.handle)
             .field("lost", &self.signal.reason())
@@ -186,11 +341,21 @@ impl<B: LeaseBackend> KeptLease<B> {
     ///
     /// # Cancel safety
     ///
-    /// As [`LeaseHandle::release`].
+    /// As [`LeaseHandle::release`]; renewals are stopped either way.
     pub async fn release(self) -> ReleaseOutcome {
-        self.stop.cancel();
-        let outcome = self.handle.release().await;
-        self.signal.fire(LossReason::Released);
+        let KeptLease {
+            handle,
+            signal,
+            mut registration,
+        } = self;
+        // Stop first, so the watchdog starts no renewal of it after this. A renewal already
+        // being sent is left to finish (the watchdog ignores its outcome), and the release
+        // below waits for it: the release is the last command this lease sends. The
+        // registration keeps the task running until then, even if it is the last one.
+        registration.stop();
+        let outcome = handle.release().await;
+        signal.fire(LossReason::Released);
+        drop(registration);
         outcome
     }
 }
@@ -206,15 +371,22 @@ pub struct Scoped<T> {
 }
 
 impl Watchdog {
-    /// Makes a watchdog.
+    /// Makes a watchdog. No task is started until the first [`keep`](Self::keep).
     pub fn new(settings: KeepAliveSettings) -> Self {
         Self {
             settings,
             slots: Arc::new(Semaphore::new(settings.max_leases)),
+            runner: Arc::new(Mutex::new(None)),
         }
     }
 
-    /// Starts keeping `handle` alive on the current tokio runtime.
+    /// Returns the settings.
+    pub fn settings(&self) -> &KeepAliveSettings {
+        &self.settings
+    }
+
+    /// Starts keeping `handle` alive. The first renewal is due a cadence from now, or at once
+    /// if the handle's remaining validity is already down to the margin.
     ///
     /// # Errors
     ///
@@ -223,12 +395,13 @@ impl Watchdog {
     ///
     /// # Panics
     ///
-    /// Outside a tokio runtime.
+    /// Outside a tokio runtime (with the `time` driver), when the watchdog's task has to be
+    /// started: at the first call, or after the runtime it ran on shut down.
     pub fn keep<B: LeaseBackend>(
         &self,
         handle: LeaseHandle<B>,
     ) -> Result<KeptLease<B>, (Error, LeaseHandle<B>)> {
-        let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() else {
+        let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
             let error = Error::new(
                 ErrorKind::WatchdogFull,
                 format!(
@@ -238,21 +411,47 @@ impl Watchdog {
             );
             return Err((error, handle));
         };
+        let runner = self.runner();
+        let id = runner.next_id.fetch_add(1, Ordering::Relaxed);
         let signal = LossSignal::default();
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(keep_alive(
-            handle.share(),
-            self.settings,
-            signal.clone(),
-            stop.clone(),
-            permit,
-        ));
+        let keep = Command::Keep {
+            id,
+            lease: handle.renewable(),
+            signal: signal.clone(),
+        };
+        if runner.commands.send(keep).is_err() {
+            // The task ended since `runner()` looked (its runtime is shutting down): nothing
+            // will renew this lease, and its work must know.
+            signal.fire(LossReason::WatchdogStopped);
+        }
         Ok(KeptLease {
             handle,
             signal,
-            stop,
-            _task: AbortOnDropHandle::new(task),
+            registration: Registration {
+                id,
+                stopped: false,
+                runner,
+                _slot: slot,
+            },
         })
+    }
+
+    /// Returns the running task, starting one on the current runtime if there is none or the
+    /// last one ended with its runtime.
+    fn runner(&self) -> Arc<Runner> {
+        let mut current = self.runner.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(runner) = current.as_ref().filter(|r| !r.commands.is_closed()) {
+            return Arc::clone(runner);
+        }
+        let (commands, received) = mpsc::unbounded_channel();
+        let task = tokio::spawn(Keeper::new(self.settings, received).run());
+        let runner = Arc::new(Runner {
+            commands,
+            next_id: AtomicU64::new(0),
+            _task: AbortOnDropHandle::new(task),
+        });
+        *current = Some(Arc::clone(&runner));
+        runner
     }
 
     /// Runs `work` under `handle`: renews while it runs, cancels it (drops it) on loss, and
@@ -288,62 +487,335 @@ impl Watchdog {
     }
 }
 
-async fn keep_alive<B: LeaseBackend>(
-    handle: LeaseHandle<B>,
-    settings: KeepAliveSettings,
+/// Where a kept lease stands in the watchdog, and so what its timer-wheel slot means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Between renewals. The slot holds the next renewal or the margin point, whichever is
+    /// first. `failing`: the last renewal failed or went unanswered.
+    Waiting { failing: bool },
+    /// A renewal is due: queued for a send slot, or `sending`. The slot holds the instant the
+    /// signal fires unless a confirmation comes first: when the remaining validity falls to
+    /// `floor` (the margin, or less for a first attempt sent close to the margin point; see
+    /// `KeepAliveSettings::patience`).
+    Due {
+        failing: bool,
+        sending: bool,
+        floor: Duration,
+    },
+    /// The signal fired; nothing more is sent. The entry stays until the lease is dropped.
+    Done,
+}
+
+/// One kept lease, as the watchdog's task holds it.
+struct Entry {
+    lease: Arc<dyn Renewable>,
     signal: LossSignal,
-    stop: CancellationToken,
-    _permit: OwnedSemaphorePermit,
-) {
-    let ttl = handle.ttl();
-    let cadence = ttl / settings.cadence_divisor;
-    let margin = ttl / settings.margin_divisor;
-    let mut due = cadence;
-    loop {
-        // Never sleep past the margin: the signal must be able to fire in time.
-        let wait = due.min(handle.remaining_validity().saturating_sub(margin));
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(wait) => {}
+    /// The lease's one slot in the timer wheel, while it has one.
+    timer: Option<delay_queue::Key>,
+    phase: Phase,
+}
+
+/// A renewal being sent, tagged with its lease.
+struct Sending {
+    id: u64,
+    renewal: RenewFuture,
+}
+
+impl Future for Sending {
+    /// `None` if the backend panicked.
+    type Output = (u64, Option<RenewOutcome>);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        // One task renews every lease, possibly of several backends: a backend that panics
+        // must not stop the renewals of all the others. The panicked future is dropped
+        // without being polled again.
+        match std::panic::catch_unwind(AssertUnwindSafe(|| this.renewal.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(outcome)) => Poll::Ready((this.id, Some(outcome))),
+            Err(_) => Poll::Ready((this.id, None)),
         }
-        // Boxed: the renewal's future (the backend's whole send path) is large, and it lives
-        // only while renewing; the sleeping task then stays small.
-        let renewal = Box::pin(handle.renew());
-        let outcome = tokio::select! {
-            () = stop.cancelled() => return,
-            outcome = renewal => outcome,
+    }
+}
+
+enum Event {
+    Command(Option<Command>),
+    Timer(u64),
+    Sent(u64, Option<RenewOutcome>),
+}
+
+/// The watchdog's task: every kept lease, one timer wheel, the renewals in flight.
+struct Keeper {
+    settings: KeepAliveSettings,
+    commands: mpsc::UnboundedReceiver<Command>,
+    leases: HashMap<u64, Entry>,
+    timers: DelayQueue<u64>,
+    /// Leases whose renewal is due and waits for a send slot, in the order they came due.
+    ready: VecDeque<u64>,
+    sending: FuturesUnordered<Sending>,
+}
+
+impl Keeper {
+    fn new(settings: KeepAliveSettings, commands: mpsc::UnboundedReceiver<Command>) -> Self {
+        Self {
+            settings,
+            commands,
+            leases: HashMap::new(),
+            timers: DelayQueue::new(),
+            ready: VecDeque::new(),
+            sending: FuturesUnordered::new(),
+        }
+    }
+
+    async fn run(mut self) {
+        loop {
+            match poll_fn(|cx| self.poll_event(cx)).await {
+                Event::Command(Some(command)) => self.command(command),
+                // Every sender is gone, so every lease was stopped: nothing is left to keep.
+                Event::Command(None) => return,
+                Event::Timer(id) => self.timer_fired(id),
+                Event::Sent(id, outcome) => self.sent(id, outcome),
+            }
+            self.send_due();
+        }
+    }
+
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Event> {
+        // Commands first, so a stop is seen before that lease's next timer; completed
+        // renewals before timers, so that their send slots are free for the due ones.
+        if let Poll::Ready(command) = self.commands.poll_recv(cx) {
+            return Poll::Ready(Event::Command(command));
+        }
+        if let Poll::Ready(Some((id, outcome))) = self.sending.poll_next_unpin(cx) {
+            return Poll::Ready(Event::Sent(id, outcome));
+        }
+        if let Poll::Ready(Some(expired)) = self.timers.poll_expired(cx) {
+            return Poll::Ready(Event::Timer(expired.into_inner()));
+        }
+        // Each source that is not ready has registered the task's waker (an empty
+        // `FuturesUnordered` or `DelayQueue` has nothing to wait for, and is polled again
+        // after the next event, which is the only way it can fill).
+        Poll::Pending
+    }
+
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Keep { id, lease, signal } => {
+                self.leases.insert(
+                    id,
+                    Entry {
+                        lease,
+                        signal,
+                        timer: None,
+                        phase: Phase::Waiting { failing: false },
+                    },
+                );
+                self.wait(id, false);
+            }
+            Command::Stop(id) => {
+                if let Some(Entry {
+                    timer: Some(key), ..
+                }) = self.leases.remove(&id)
+                {
+                    self.timers.remove(&key);
+                }
+                // Its id may still be in `ready` (skipped there), and a renewal of it may be
+                // in flight: that one finishes — a release waits for it — and is ignored.
+            }
+        }
+    }
+
+    /// Puts the lease between renewals: the next one is a cadence away (a retry interval if
+    /// `failing`), but never later than the margin point.
+    fn wait(&mut self, id: u64, failing: bool) {
+        let Some(entry) = self.leases.get_mut(&id) else {
+            return;
         };
-        match outcome {
-            RenewOutcome::Renewed { .. } => {
-                due = cadence;
-                continue;
+        let ttl = entry.lease.ttl();
+        let next = if failing {
+            self.settings.retry(ttl)
+        } else {
+            self.settings.cadence(ttl)
+        };
+        let to_margin = entry
+            .lease
+            .remaining_validity()
+            .saturating_sub(self.settings.margin(ttl));
+        entry.phase = Phase::Waiting { failing };
+        set_timer(&mut self.timers, id, entry, next.min(to_margin));
+    }
+
+    fn timer_fired(&mut self, id: u64) {
+        let Some(entry) = self.leases.get_mut(&id) else {
+            return;
+        };
+        entry.timer = None;
+        let ttl = entry.lease.ttl();
+        let remaining = entry.lease.remaining_validity();
+        match entry.phase {
+            Phase::Waiting { failing } => {
+                if remaining.is_zero() || (failing && remaining <= self.settings.margin(ttl)) {
+                    let reason = margin_reason(entry.lease.as_ref());
+                    self.fire(id, reason);
+                    return;
+                }
+                let patience = self.settings.patience(ttl, remaining, failing);
+                entry.phase = Phase::Due {
+                    failing,
+                    sending: false,
+                    floor: remaining - patience,
+                };
+                set_timer(&mut self.timers, id, entry, patience);
+                self.ready.push_back(id);
             }
-            RenewOutcome::Lost(_) => {
-                signal.fire(LossReason::LostToAnother);
-                return;
-            }
-            RenewOutcome::Refused { state } => {
-                // Refused from Lost, or because a release is under way (any other state).
-                signal.fire(if state == LeaseState::Lost {
-                    LossReason::LostToAnother
+            Phase::Due { floor, .. } => {
+                if remaining <= floor {
+                    // Unconfirmed in time: stop the work now, whether the renewal is still
+                    // queued or being sent. It may yet succeed; the signal cannot wait.
+                    let reason = margin_reason(entry.lease.as_ref());
+                    self.fire(id, reason);
                 } else {
-                    LossReason::Released
-                });
-                return;
+                    // Woken before the lease's own clock got there (the wheel runs on tokio's
+                    // clock, validity on the handle's): look again when it should have.
+                    set_timer(&mut self.timers, id, entry, remaining - floor);
+                }
             }
-            _ => {}
+            Phase::Done => {}
         }
-        // Failed, indeterminate or overloaded: retry soon while validity above the margin
-        // remains; once it is down to the margin, stop the work.
-        let remaining = handle.remaining_validity();
-        if remaining <= margin {
-            signal.fire(if handle.state() == LeaseState::Expired {
-                LossReason::Expired
-            } else {
-                LossReason::Unreachable
-            });
+    }
+
+    fn sent(&mut self, id: u64, outcome: Option<RenewOutcome>) {
+        let Some(entry) = self.leases.get(&id) else {
+            // Stopped while sending.
+            return;
+        };
+        if entry.phase == Phase::Done {
+            // The signal fired while this was being sent; it cannot be undone.
             return;
         }
-        due = (cadence / 4).max(Duration::from_millis(1));
+        let reason = match outcome {
+            Some(RenewOutcome::Renewed { .. }) => return self.wait(id, false),
+            Some(RenewOutcome::Lost(_)) => LossReason::LostToAnother,
+            // Refused from Lost, or because a release is under way (any other state).
+            Some(RenewOutcome::Refused {
+                state: LeaseState::Lost,
+            }) => LossReason::LostToAnother,
+            Some(RenewOutcome::Refused { .. }) => LossReason::Released,
+            None => LossReason::WatchdogStopped,
+            // Failed, indeterminate or overloaded: nothing is proven either way. Retry soon
+            // while validity above the margin remains; once it is down to the margin, stop.
+            Some(_) => {
+                let margin = self.settings.margin(entry.lease.ttl());
+                if entry.lease.remaining_validity() > margin {
+                    return self.wait(id, true);
+                }
+                margin_reason(entry.lease.as_ref())
+            }
+        };
+        self.fire(id, reason);
+    }
+
+    /// Starts due renewals while send slots are free.
+    fn send_due(&mut self) {
+        while self.sending.len() < self.settings.max_in_flight {
+            let Some(id) = self.ready.pop_front() else {
+                return;
+            };
+            // Stopped, or fired while it waited: skip it.
+            let Some(entry) = self.leases.get_mut(&id) else {
+                continue;
+            };
+            let Phase::Due {
+                failing,
+                sending: false,
+                ..
+            } = entry.phase
+            else {
+                continue;
+            };
+            let ttl = entry.lease.ttl();
+            let remaining = entry.lease.remaining_validity();
+            if remaining.is_zero() || (failing && remaining <= self.settings.margin(ttl)) {
+                // Its time ran out while it queued (its timer would say so next).
+                let reason = margin_reason(entry.lease.as_ref());
+                self.fire(id, reason);
+                continue;
+            }
+            // The wait for the answer counts from the send, not from when it came due.
+            let patience = self.settings.patience(ttl, remaining, failing);
+            entry.phase = Phase::Due {
+                failing,
+                sending: true,
+                floor: remaining - patience,
+            };
+            set_timer(&mut self.timers, id, entry, patience);
+            self.sending.push(Sending {
+                id,
+                renewal: Arc::clone(&entry.lease).renew(),
+            });
+        }
+    }
+
+    fn fire(&mut self, id: u64, reason: LossReason) {
+        if let Some(entry) = self.leases.get_mut(&id) {
+            if let Some(key) = entry.timer.take() {
+                self.timers.remove(&key);
+            }
+            entry.phase = Phase::Done;
+            entry.signal.fire(reason);
+        }
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        // Catch up on what the task was told but had not read: leases dropped just before it
+        // was aborted were let go, not lost; leases kept just before it ended were never
+        // renewed, and must be told.
+        while let Ok(command) = self.commands.try_recv() {
+            match command {
+                Command::Keep { id, lease, signal } => {
+                    let phase = Phase::Waiting { failing: false };
+                    let timer = None;
+                    self.leases.insert(
+                        id,
+                        Entry {
+                            lease,
+                            signal,
+                            timer,
+                            phase,
+                        },
+                    );
+                }
+                Command::Stop(id) => {
+                    self.leases.remove(&id);
+                }
+            }
+        }
+        // The task is ending (its runtime shut down, or it was aborted): nothing will renew
+        // the leases left any more, so their work must be told.
+        for entry in self.leases.values() {
+            if entry.phase != Phase::Done {
+                entry.signal.fire(LossReason::WatchdogStopped);
+            }
+        }
+    }
+}
+
+/// Points the lease's one timer-wheel slot at `after` from now.
+fn set_timer(timers: &mut DelayQueue<u64>, id: u64, entry: &mut Entry, after: Duration) {
+    let at = Instant::now() + after;
+    match &entry.timer {
+        Some(key) => timers.reset_at(key, at),
+        None => entry.timer = Some(timers.insert_at(id, at)),
+    }
+}
+
+/// Why the signal fires when the margin is reached unconfirmed.
+fn margin_reason(lease: &dyn Renewable) -> LossReason {
+    if lease.state() == LeaseState::Expired {
+        LossReason::Expired
+    } else {
+        LossReason::Unreachable
     }
 }

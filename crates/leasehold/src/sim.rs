@@ -3,23 +3,33 @@
 //! [`SimServer`] keeps leases and fence counters in memory with exactly the semantics of the
 //! Redis scripts (`leasehold-redis/lua/*.lua`): the same replies, the same fences, PTTLs in
 //! whole milliseconds and Redis's expiry rule (a key is gone once the server's clock is *past*
-//! its expiry). Time is virtual: one [`ManualClock`] is the world's clock, which clients read
-//! for validity; the server's own clock is the world's plus an offset that tests can step.
+//! its expiry). Time is virtual: one world clock, which clients read for validity; the
+//! server's own clock is the world's plus an offset that tests can step.
 //!
 //! [`SimBackend`] is one client's connection to the server, with faults injected into its next
-//! call: a request lost before it is applied, a reply lost after, a request or reply delayed,
+//! calls: a request lost before it is applied, a reply lost after, a request or reply delayed,
 //! or a request that arrives *after* the client gave up on it. Server-wide faults — clock steps,
 //! a restart without persistence, a failover that loses the last writes — are methods of
-//! [`SimServer`].
+//! [`SimServer`]. Every request a backend sends is logged ([`SimBackend::sent`]).
 //!
-//! Every future here completes on its first poll: nothing waits for real time.
+//! The world clock is one of two kinds:
+//!
+//! - a [`ManualClock`] ([`SimServer::new`]), moved only by [`SimServer::advance`] and by the
+//!   faults themselves. Every future here then completes on its first poll ([`run_now`]):
+//!   nothing waits, and a whole scenario runs in one synchronous step function.
+//! - a clock that moves by itself ([`SimServer::with_clock`]), meant to be
+//!   [`TokioClock`](crate::TokioClock) under `#[tokio::test(start_paused = true)]`. Time then
+//!   passes as tokio's does: a lost request or reply makes the call wait out its command
+//!   timeout with `tokio::time::sleep`, a delay sleeps, and a late request lands when the clock
+//!   gets there. This is what lets the keep-alive watchdog, which sleeps on tokio timers, run
+//!   against the simulated server.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::backend::{AcquireReply, Grant, GrantReply, LeaseBackend, ReleaseReply, RenewReply};
-use crate::clock::{Clock, ManualClock};
+use crate::clock::{Clock, ManualClock, MonotonicInstant};
 use crate::fence::FenceToken;
 use crate::id::{Attempt, HolderFingerprint, Purpose, ResourceDigest};
 use crate::outcome::{
@@ -108,10 +118,28 @@ pub struct StoredGrant {
     pub server_ttl: Duration,
 }
 
+/// The world's clock.
+#[derive(Debug, Clone)]
+enum World {
+    /// Moves only when told to.
+    Manual(ManualClock),
+    /// Moves by itself, with tokio's time.
+    Running(Arc<dyn Clock>),
+}
+
+impl World {
+    fn clock(&self) -> &dyn Clock {
+        match self {
+            World::Manual(clock) => clock,
+            World::Running(clock) => clock.as_ref(),
+        }
+    }
+}
+
 /// An in-memory lease server with a virtual clock. Clones share the server.
 #[derive(Debug, Clone)]
 pub struct SimServer {
-    clock: ManualClock,
+    world: World,
     state: Arc<Mutex<ServerState>>,
     retry_after_fallback: Duration,
 }
@@ -153,6 +181,23 @@ impl ServerState {
                 "{what} succeeded for fence {} while fence {} was stored",
                 requester.0, stored.fence
             ));
+        }
+    }
+
+    /// Applies the late requests that have arrived by `now`, in arrival order, each at its
+    /// arrival time (for a running world clock).
+    fn catch_up(&mut self, now: i64, fallback: Duration) {
+        if self.pending.iter().all(|p| p.apply_at_ms > now) {
+            return;
+        }
+        let (mut due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| p.apply_at_ms <= now);
+        self.pending = later;
+        due.sort_by_key(|p| p.apply_at_ms);
+        for p in due {
+            // Nobody reads the reply of a request the client gave up on.
+            let _ = self.apply(&p.op, p.apply_at_ms, fallback);
         }
     }
 
@@ -256,10 +301,23 @@ enum Applied {
 }
 
 impl SimServer {
-    /// Makes an empty server on the world clock `clock`.
+    /// Makes an empty server on the world clock `clock`, which moves only when told to (by
+    /// [`advance`](Self::advance), or by a fault that takes time).
     pub fn new(clock: ManualClock) -> Self {
+        Self::on(World::Manual(clock))
+    }
+
+    /// Makes an empty server on a world clock that moves by itself, such as
+    /// [`TokioClock`](crate::TokioClock) under tokio's paused time. Faults that take time
+    /// wait for it with `tokio::time::sleep`, so the clock must move with tokio's time; give
+    /// the clients the same clock.
+    pub fn with_clock(clock: impl Clock) -> Self {
+        Self::on(World::Running(Arc::new(clock)))
+    }
+
+    fn on(world: World) -> Self {
         Self {
-            clock,
+            world,
             state: Arc::new(Mutex::new(ServerState {
                 offset_ms: 0,
                 data: Data::default(),
@@ -273,21 +331,45 @@ impl SimServer {
     }
 
     fn lock(&self) -> MutexGuard<'_, ServerState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let World::Running(_) = self.world {
+            // Nobody moves a running clock step by step, so late requests are applied when
+            // the server is next looked at, each at its own arrival time: no request or
+            // inspection can observe the server between those times and now.
+            let now = self.server_now(&state);
+            state.catch_up(now, self.retry_after_fallback);
+        }
+        state
     }
 
     /// Returns the world clock.
-    pub fn clock(&self) -> &ManualClock {
-        &self.clock
+    pub fn clock(&self) -> &dyn Clock {
+        self.world.clock()
     }
 
     fn server_now(&self, state: &ServerState) -> i64 {
-        millis(self.clock.now().since_origin()) + state.offset_ms
+        millis(self.world.clock().now().since_origin()) + state.offset_ms
+    }
+
+    /// Lets `by` pass on the world clock: moves a manual clock (at once), or sleeps while a
+    /// running one moves.
+    async fn pass(&self, by: Duration) {
+        match &self.world {
+            World::Manual(_) => self.advance(by),
+            World::Running(_) => tokio::time::sleep(by).await,
+        }
     }
 
     /// Moves the world clock forward by `by`, applying late requests as their time comes.
+    ///
+    /// # Panics
+    ///
+    /// If the world clock moves by itself ([`with_clock`](Self::with_clock)): sleep instead.
     pub fn advance(&self, by: Duration) {
-        let target = self.clock.now().since_origin() + by;
+        let World::Manual(clock) = &self.world else {
+            panic!("SimServer::advance needs a manual world clock; with a running one, sleep");
+        };
+        let target = clock.now().since_origin() + by;
         loop {
             let next = {
                 let state = self.lock();
@@ -301,11 +383,11 @@ impl SimServer {
                     .map(|at| (at, at - now))
             };
             let Some((_, wait)) = next else { break };
-            self.clock.advance(duration_ms(wait));
+            clock.advance(duration_ms(wait));
             self.apply_due();
         }
-        let now = self.clock.now().since_origin();
-        self.clock.advance(target.saturating_sub(now));
+        let now = clock.now().since_origin();
+        clock.advance(target.saturating_sub(now));
         self.apply_due();
     }
 
@@ -388,6 +470,7 @@ impl SimServer {
             server: self.clone(),
             command_timeout,
             faults: Mutex::new(VecDeque::new()),
+            sent: Mutex::new(Vec::new()),
         }
     }
 
@@ -432,12 +515,38 @@ pub enum Fault {
     LateRequest(Duration),
 }
 
+/// What a request sent by a [`SimBackend`] asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RequestKind {
+    /// An acquire.
+    Acquire,
+    /// A renewal.
+    Renew,
+    /// A release.
+    Release,
+    /// An inspection.
+    Inspect,
+}
+
+/// A request a [`SimBackend`] sent, for test oracles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SentRequest {
+    /// The world clock's reading when the request left the client (before any fault delayed
+    /// or lost it).
+    pub at: MonotonicInstant,
+    /// What it asked for.
+    pub kind: RequestKind,
+}
+
 /// One client's connection to a [`SimServer`], with injectable faults.
 #[derive(Debug)]
 pub struct SimBackend {
     server: SimServer,
     command_timeout: Duration,
     faults: Mutex<VecDeque<Fault>>,
+    sent: Mutex<Vec<SentRequest>>,
 }
 
 impl SimBackend {
@@ -447,6 +556,30 @@ impl SimBackend {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push_back(fault);
+    }
+
+    /// Queues `fault` for each of the next `calls` calls.
+    pub fn inject_many(&self, fault: Fault, calls: usize) {
+        self.faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(std::iter::repeat_n(fault, calls));
+    }
+
+    /// Drops every queued fault that no call has taken yet.
+    pub fn clear_faults(&self) {
+        self.faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// Returns every request this backend sent, oldest first, whatever became of it.
+    pub fn sent(&self) -> Vec<SentRequest> {
+        self.sent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Returns the server.
@@ -461,13 +594,24 @@ impl SimBackend {
         ))
     }
 
-    /// Sends `op` through the next fault, if any.
-    fn send(&self, op: WireOp) -> Result<Applied, Failure> {
-        let fault = self
-            .faults
+    /// Logs a request leaving the client and takes the fault for it, if one is queued.
+    fn depart(&self, kind: RequestKind) -> Option<Fault> {
+        self.sent
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .pop_front();
+            .push(SentRequest {
+                at: self.server.clock().now(),
+                kind,
+            });
+        self.faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front()
+    }
+
+    /// Sends `op` through the next fault, if any. On a manual world clock it never waits.
+    async fn send(&self, kind: RequestKind, op: WireOp) -> Result<Applied, Failure> {
+        let fault = self.depart(kind);
         let server = &self.server;
         let apply = || {
             let mut state = server.lock();
@@ -477,21 +621,21 @@ impl SimBackend {
         match fault {
             None => Ok(apply()),
             Some(Fault::LoseRequest) => {
-                server.advance(self.command_timeout);
+                server.pass(self.command_timeout).await;
                 Err(self.timed_out())
             }
             Some(Fault::LoseReply) => {
                 let _ = apply();
-                server.advance(self.command_timeout);
+                server.pass(self.command_timeout).await;
                 Err(self.timed_out())
             }
             Some(Fault::DelayRequest(d)) => {
-                server.advance(d.min(self.command_timeout));
+                server.pass(d.min(self.command_timeout)).await;
                 Ok(apply())
             }
             Some(Fault::DelayReply(d)) => {
                 let applied = apply();
-                server.advance(d.min(self.command_timeout));
+                server.pass(d.min(self.command_timeout)).await;
                 Ok(applied)
             }
             Some(Fault::LateRequest(d)) => {
@@ -503,7 +647,7 @@ impl SimBackend {
                         op: op.clone(),
                     });
                 }
-                server.advance(self.command_timeout);
+                server.pass(self.command_timeout).await;
                 Err(self.timed_out())
             }
         }
@@ -526,7 +670,7 @@ impl LeaseBackend for SimBackend {
             operation: request.attempt().operation().as_str().to_owned(),
             ttl_ms: millis(request.ttl()),
         };
-        match self.send(op) {
+        match self.send(RequestKind::Acquire, op).await {
             Ok(Applied::Acquire(reply)) => reply,
             Ok(_) => AcquireReply::Failed(self.timed_out()),
             Err(failure) => AcquireReply::Failed(failure),
@@ -539,7 +683,7 @@ impl LeaseBackend for SimBackend {
             exact: exact(grant),
             ttl_ms: millis(grant.ttl()),
         };
-        match self.send(op) {
+        match self.send(RequestKind::Renew, op).await {
             Ok(Applied::Renew(reply)) => reply,
             Ok(_) => RenewReply::Failed(self.timed_out()),
             Err(failure) => RenewReply::Failed(failure),
@@ -551,7 +695,7 @@ impl LeaseBackend for SimBackend {
             key: key_of(grant.purpose(), grant.resource()),
             exact: exact(grant),
         };
-        match self.send(op) {
+        match self.send(RequestKind::Release, op).await {
             Ok(Applied::Release(reply)) => reply,
             Ok(_) => ReleaseReply::Failed(self.timed_out()),
             Err(failure) => ReleaseReply::Failed(failure),
@@ -565,18 +709,13 @@ impl LeaseBackend for SimBackend {
         attempt: Option<&Attempt>,
     ) -> InspectOutcome {
         // Inspection changes nothing, so a lost reply is only an unknown answer.
-        let fault = self
-            .faults
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop_front();
-        match fault {
+        match self.depart(RequestKind::Inspect) {
             Some(Fault::LoseRequest | Fault::LoseReply | Fault::LateRequest(_)) => {
-                self.server.advance(self.command_timeout);
+                self.server.pass(self.command_timeout).await;
                 self.timed_out().into()
             }
             Some(Fault::DelayRequest(d) | Fault::DelayReply(d)) => {
-                self.server.advance(d.min(self.command_timeout));
+                self.server.pass(d.min(self.command_timeout)).await;
                 self.server.inspect_now(&key_of(purpose, resource), attempt)
             }
             None => self.server.inspect_now(&key_of(purpose, resource), attempt),
@@ -584,7 +723,8 @@ impl LeaseBackend for SimBackend {
     }
 }
 
-/// Polls a future that must complete at once (every simulated call does).
+/// Polls a future that must complete at once (every simulated call on a manual world clock
+/// does).
 ///
 /// # Panics
 ///

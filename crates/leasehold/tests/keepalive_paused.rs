@@ -1,59 +1,178 @@
-//! Keep-alive cadence and margins in paused tokio time, against a scripted backend.
+//! Keep-alive against the simulated server in paused tokio time: cadence counted against
+//! virtual time, the signal at the margin when requests or replies are dropped, definite loss
+//! at once, and no renewal after a release.
+//!
+//! The world clock is a `TokioClock`, shared by the server and the client, so every instant
+//! here is exact: nothing waits for real time, and nothing depends on how loaded the machine
+//! is. Timings with the defaults (TTL 3 s, drift 10 ms + 1 % = 40 ms): a renewal confirmed from
+//! a send at `s` is valid until `s + 2.96 s`, its margin (TTL / 5 = 600 ms) is reached at
+//! `s + 2.36 s`, and the server's key expires at `s + 3 s`.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use leasehold::sim::{Fault, RequestKind, SimBackend, SimServer};
 use leasehold::{
-    AcquireReply, Attempt, Failure, FenceToken, Grant, GrantReply, Indeterminate,
-    IndeterminateCause, InspectOutcome, LeaseBackend, LeaseClient, LeaseHandle, LossCause,
-    LossReason, OperationId, Purpose, ReleaseReply, RenewReply, ResourceDigest, TokioClock,
-    Watchdog,
+    AcquireOutcome, Clock, KeepAliveSettings, LeaseClient, LeaseHandle, LeaseState, LossReason,
+    MonotonicInstant, OperationId, Purpose, ReleaseOutcome, ResourceDigest, TokioClock, Watchdog,
 };
-
-use tokio::time::Instant;
-
-/// Renews as told, recording when each renewal arrived.
-#[derive(Debug)]
-struct Recorder {
-    reply: Mutex<RenewReply>,
-    renewals: Mutex<Vec<Instant>>,
-}
-
-/// The backend the client owns; the test keeps the other `Arc` to read the record.
-#[derive(Debug)]
-struct Shared(Arc<Recorder>);
-
-impl LeaseBackend for Shared {
-    async fn acquire(&self, request: &leasehold::LeaseRequest) -> AcquireReply {
-        AcquireReply::Granted(GrantReply::new(FenceToken::MIN, request.ttl()))
-    }
-    async fn renew(&self, _: &Grant) -> RenewReply {
-        self.0.renewals.lock().unwrap().push(Instant::now());
-        self.0.reply.lock().unwrap().clone()
-    }
-    async fn release(&self, _: &Grant) -> ReleaseReply {
-        ReleaseReply::Released
-    }
-    async fn inspect(
-        &self,
-        _: &Purpose,
-        _: &ResourceDigest,
-        _: Option<&Attempt>,
-    ) -> InspectOutcome {
-        InspectOutcome::Free
-    }
-}
+use tokio::time::sleep;
 
 const TTL: Duration = Duration::from_secs(3);
+const CADENCE: Duration = Duration::from_secs(1);
+const MARGIN: Duration = Duration::from_millis(600);
+const DRIFT: Duration = Duration::from_millis(40);
+const COMMAND_TIMEOUT: Duration = Duration::from_millis(200);
 
-async fn lease(reply: RenewReply) -> (Arc<Recorder>, LeaseHandle<Shared>, Instant) {
-    let recorder = Arc::new(Recorder {
-        reply: Mutex::new(reply),
-        renewals: Mutex::new(Vec::new()),
-    });
-    let client = LeaseClient::new(Shared(Arc::clone(&recorder))).with_clock(TokioClock::new());
-    let attempt = client.new_attempt(OperationId::new("op").unwrap()).unwrap();
-    let req = client
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// One simulated server, and a client on the same virtual clock.
+struct World {
+    clock: TokioClock,
+    server: SimServer,
+    client: LeaseClient<SimBackend>,
+}
+
+impl World {
+    fn new(command_timeout: Duration) -> Self {
+        let clock = TokioClock::new();
+        let server = SimServer::with_clock(clock);
+        let client = LeaseClient::new(server.connect(command_timeout)).with_clock(clock);
+        Self {
+            clock,
+            server,
+            client,
+        }
+    }
+
+    /// Virtual time since the world began.
+    fn now(&self) -> Duration {
+        self.clock.now().since_origin()
+    }
+
+    fn backend(&self) -> &SimBackend {
+        self.client.backend()
+    }
+
+    /// Sleeps until `at` after the world began.
+    async fn until(&self, at: Duration) {
+        tokio::time::sleep_until(tokio::time::Instant::now() + at.saturating_sub(self.now())).await;
+    }
+
+    async fn acquire(&self, resource: &str) -> LeaseHandle<SimBackend> {
+        acquire(&self.client, resource, "op").await
+    }
+
+    /// When each request of `kind` was sent, in virtual time since the world began.
+    fn sent(&self, kind: RequestKind) -> Vec<Duration> {
+        self.backend()
+            .sent()
+            .iter()
+            .filter(|s| s.kind == kind)
+            .map(|s| s.at.since_origin())
+            .collect()
+    }
+}
+
+async fn acquire(
+    client: &LeaseClient<SimBackend>,
+    resource: &str,
+    op: &str,
+) -> LeaseHandle<SimBackend> {
+    let attempt = client.new_attempt(OperationId::new(op).unwrap()).unwrap();
+    let request = client
+        .request(
+            Purpose::new("p").unwrap(),
+            ResourceDigest::of(resource),
+            attempt,
+            TTL,
+        )
+        .unwrap();
+    match client.try_acquire(&request).await {
+        AcquireOutcome::Acquired(handle) => handle,
+        other => panic!("not acquired: {}", other.name()),
+    }
+}
+
+fn since(at: MonotonicInstant) -> Duration {
+    at.since_origin()
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_run_at_the_cadence_in_virtual_time() {
+    for divisor in [3, 4, 10] {
+        let world = World::new(COMMAND_TIMEOUT);
+        let handle = world.acquire("r").await;
+        let fence = handle.fence();
+        let settings = KeepAliveSettings::default()
+            .with_cadence_divisor(divisor)
+            .unwrap();
+        // A temporary watchdog: the kept lease keeps its task running.
+        let kept = Watchdog::new(settings)
+            .keep(handle)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        // Not a multiple of any cadence here, so no renewal is due at the very instant the
+        // test looks.
+        world.until(ms(10_600)).await;
+        let cadence = TTL / divisor;
+        let renewals = world.sent(RequestKind::Renew);
+        let expected: Vec<Duration> = (1..)
+            .map(|k| cadence * k)
+            .take_while(|&t| t < ms(10_600))
+            .collect();
+        assert_eq!(renewals, expected, "TTL / {divisor}");
+        assert!(!kept.signal().is_lost(), "{:?}", kept.signal().reason());
+        assert_eq!(kept.handle().state(), LeaseState::Active);
+        let stored = world
+            .server
+            .stored(kept.handle().purpose(), kept.handle().resource());
+        assert_eq!(stored.map(|s| s.fence), Some(fence), "the server lost it");
+        assert_eq!(kept.release().await, ReleaseOutcome::Released);
+    }
+}
+
+/// Renewals succeed until 1.5 s, then every request is lost. The last confirmed renewal was
+/// sent at 1 s, so the margin point is 3.36 s and the server's key lives until 4 s.
+async fn signal_when_renewals_go_unanswered(fault: Fault) -> (World, Duration, Duration) {
+    let world = World::new(COMMAND_TIMEOUT);
+    let watchdog = Watchdog::default();
+    let kept = watchdog
+        .keep(world.acquire("r").await)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    world.until(ms(1_500)).await;
+    world.backend().inject_many(fault, 1_000);
+    let reason = kept.signal().lost().await;
+    let fired_at = world.now();
+    assert_eq!(reason, LossReason::Unreachable);
+    let valid_until = since(kept.handle().valid_until());
+    assert_eq!(valid_until, ms(1_000) + TTL - DRIFT);
+    // At the margin exactly (the timer wheel counts whole milliseconds, rounding up).
+    let margin_point = valid_until - MARGIN;
+    assert!(
+        fired_at >= margin_point && fired_at <= margin_point + ms(1),
+        "fired at {fired_at:?}, margin point {margin_point:?}"
+    );
+    // Failed renewals were retried (at 2 s, then every 250 ms after each timeout) meanwhile.
+    let retries = world
+        .sent(RequestKind::Renew)
+        .into_iter()
+        .filter(|&t| t > ms(1_500))
+        .count();
+    assert!(retries >= 3, "{retries} renewals after the fault");
+    // Before anyone else could be granted the lease: the server still holds this grant.
+    let stored = world
+        .server
+        .stored(kept.handle().purpose(), kept.handle().resource())
+        .expect("the key expired before the signal");
+    assert_eq!(stored.fence, kept.handle().fence());
+    let contender = LeaseClient::new(world.server.connect(COMMAND_TIMEOUT)).with_clock(world.clock);
+    let attempt = contender
+        .new_attempt(OperationId::new("other").unwrap())
+        .unwrap();
+    let request = contender
         .request(
             Purpose::new("p").unwrap(),
             ResourceDigest::of("r"),
@@ -61,68 +180,381 @@ async fn lease(reply: RenewReply) -> (Arc<Recorder>, LeaseHandle<Shared>, Instan
             TTL,
         )
         .unwrap();
-    let start = Instant::now();
-    let handle = client.try_acquire(&req).await.into_handle().unwrap();
-    (recorder, handle, start)
+    let outcome = contender.try_acquire(&request).await;
+    assert_eq!(outcome.name(), "Contended");
+    (world, fired_at, stored.server_ttl)
 }
 
 #[tokio::test(start_paused = true)]
-async fn renewals_run_at_a_third_of_the_ttl() {
-    let (recorder, handle, start) = lease(RenewReply::Renewed { server_ttl: TTL }).await;
+async fn lost_requests_fire_the_signal_at_the_margin() {
+    let (world, fired_at, server_ttl) =
+        signal_when_renewals_go_unanswered(Fault::LoseRequest).await;
+    // The key still has what the renewal at 1 s gave it.
+    assert_eq!(server_ttl, ms(4_000) - fired_at);
+    drop(world);
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_replies_fire_the_signal_at_the_margin_though_the_server_renewed() {
+    let (world, fired_at, server_ttl) = signal_when_renewals_go_unanswered(Fault::LoseReply).await;
+    // The server applied the unanswered renewals and holds the key longer than the client may
+    // count on: validity comes only from confirmed renewals.
+    assert!(server_ttl > ms(4_000) - fired_at, "{server_ttl:?}");
+    drop(world);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_that_hangs_does_not_delay_the_signal() {
+    // The backend would wait 10 s for a reply, far past the lease's validity.
+    let world = World::new(ms(10_000));
     let kept = Watchdog::default()
-        .keep(handle)
+        .keep(world.acquire("r").await)
         .map_err(|(e, _)| e)
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(10_500)).await;
-    assert!(!kept.signal().is_lost());
-    let renewals = recorder.renewals.lock().unwrap().clone();
-    assert_eq!(renewals.len(), 10, "{renewals:?}");
-    for (i, at) in renewals.iter().enumerate() {
-        assert_eq!(*at - start, TTL / 3 * (i as u32 + 1), "renewal {i}");
+    world.backend().inject(Fault::LoseRequest);
+    assert_eq!(kept.signal().lost().await, LossReason::Unreachable);
+    // Granted at 0: the margin point is 2.36 s, while the renewal sent at 1 s still hangs.
+    let fired_at = world.now();
+    let margin_point = TTL - DRIFT - MARGIN;
+    assert!(
+        fired_at >= margin_point && fired_at <= margin_point + ms(1),
+        "{fired_at:?}"
+    );
+    assert_eq!(world.sent(RequestKind::Renew), vec![ms(1_000)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_definite_loss_fires_at_the_next_renewal() {
+    // The key is deleted (absent), or deleted and granted to another (other holder).
+    for granted_to_another in [false, true] {
+        let world = World::new(COMMAND_TIMEOUT);
+        let kept = Watchdog::default()
+            .keep(world.acquire("r").await)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        world.until(ms(1_500)).await;
+        let handle = kept.handle();
+        world.server.delete(handle.purpose(), handle.resource());
+        if granted_to_another {
+            let other =
+                LeaseClient::new(world.server.connect(COMMAND_TIMEOUT)).with_clock(world.clock);
+            let theirs = acquire(&other, "r", "theirs").await;
+            assert!(theirs.fence() > handle.fence());
+        }
+        assert_eq!(kept.signal().lost().await, LossReason::LostToAnother);
+        // At once: at the renewal due at 2 s, not at some margin later.
+        assert_eq!(world.now(), ms(2_000));
+        assert_eq!(handle.state(), LeaseState::Lost);
+        // And nothing more is sent for it.
+        sleep(ms(5_000)).await;
+        assert_eq!(world.sent(RequestKind::Renew), vec![ms(1_000), ms(2_000)]);
     }
-    let _ = kept.release().await;
+}
+
+/// Asserts that the release is the last request, and that no renewal follows it.
+fn assert_release_is_last(world: &World) {
+    let sent = world.backend().sent();
+    let release = sent
+        .iter()
+        .position(|s| s.kind == RequestKind::Release)
+        .expect("no release was sent");
+    assert_eq!(release, sent.len() - 1, "sent after the release: {sent:?}");
 }
 
 #[tokio::test(start_paused = true)]
-async fn failing_renewals_fire_the_signal_at_the_margin_before_validity_ends() {
-    let indeterminate = RenewReply::Failed(Failure::Indeterminate(Indeterminate::new(
-        IndeterminateCause::ResponseTimeout,
-        "t",
-    )));
-    let (recorder, handle, _start) = lease(indeterminate).await;
+async fn no_renewal_is_sent_after_a_release() {
+    // Released between renewals, a millisecond either side of a due renewal, and exactly when
+    // one is due (both tasks wake at the same virtual instant, in either order).
+    for release_at in [1_500, 999, 1_000, 1_001, 2_000] {
+        let world = World::new(COMMAND_TIMEOUT);
+        let kept = Watchdog::default()
+            .keep(world.acquire("r").await)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        let signal = kept.signal().clone();
+        world.until(ms(release_at)).await;
+        assert_eq!(kept.release().await, ReleaseOutcome::Released);
+        assert_eq!(signal.reason(), Some(LossReason::Released));
+        sleep(ms(10_000)).await;
+        assert_release_is_last(&world);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_waits_for_a_renewal_being_sent() {
+    let world = World::new(COMMAND_TIMEOUT);
+    let kept = Watchdog::default()
+        .keep(world.acquire("r").await)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    // The renewal sent at 1 s gets its reply at 1.15 s; the release is asked for at 1.1 s.
+    world.backend().inject(Fault::DelayReply(ms(150)));
+    world.until(ms(1_100)).await;
+    assert_eq!(kept.release().await, ReleaseOutcome::Released);
+    assert_eq!(world.now(), ms(1_150));
+    assert_eq!(world.sent(RequestKind::Release), vec![ms(1_150)]);
+    sleep(ms(10_000)).await;
+    assert_release_is_last(&world);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_kept_lease_stops_its_renewals_and_frees_its_slot() {
+    let world = World::new(COMMAND_TIMEOUT);
+    let watchdog = Watchdog::new(KeepAliveSettings::default().with_max_leases(1).unwrap());
+    let kept = watchdog
+        .keep(world.acquire("a").await)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    world.until(ms(1_500)).await;
+    drop(kept);
+    // The slot is free at once.
+    let again = watchdog
+        .keep(world.acquire("b").await)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    world.until(ms(11_200)).await;
+    // "a" was renewed once, at 1 s; "b" (kept at 1.5 s) every second since.
+    let renewals = world.sent(RequestKind::Renew);
+    let expected: Vec<Duration> = std::iter::once(ms(1_000))
+        .chain((1..=9).map(|k| ms(1_500) + CADENCE * k))
+        .collect();
+    assert_eq!(renewals, expected);
+    assert!(
+        world
+            .server
+            .stored(&Purpose::new("p").unwrap(), &ResourceDigest::of("a"))
+            .is_none()
+    );
+    assert_eq!(again.release().await, ReleaseOutcome::Released);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_watchdog_and_its_leases_stops_the_task() {
+    let world = World::new(COMMAND_TIMEOUT);
+    let watchdog = Watchdog::default();
+    let kept = watchdog
+        .keep(world.acquire("r").await)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let signal = kept.signal().clone();
+    world.until(ms(1_500)).await;
+    drop(watchdog);
+    // Still renewed while the kept lease lives.
+    world.until(ms(2_500)).await;
+    assert_eq!(world.sent(RequestKind::Renew), vec![ms(1_000), ms(2_000)]);
+    drop(kept);
+    sleep(ms(10_000)).await;
+    assert_eq!(world.sent(RequestKind::Renew), vec![ms(1_000), ms(2_000)]);
+    // Dropped, not lost: the signal is left as it was.
+    assert_eq!(signal.reason(), None);
+}
+
+/// A world with a lease granted at 0 and kept (with `fault` queued for its first renewal) at
+/// `kept_at`.
+async fn kept_late(
+    command_timeout: Duration,
+    kept_at: Duration,
+    fault: Option<Fault>,
+) -> (World, leasehold::KeptLease<SimBackend>) {
+    let world = World::new(command_timeout);
+    let handle = world.acquire("r").await;
+    world.until(kept_at).await;
+    if let Some(fault) = fault {
+        world.backend().inject(fault);
+    }
     let kept = Watchdog::default()
         .keep(handle)
         .map_err(|(e, _)| e)
         .unwrap();
-    let reason = kept.signal().lost().await;
-    assert_eq!(reason, LossReason::Unreachable);
-    // It fires once the remaining validity is down to the margin (TTL / 5), give or take one
-    // retry interval (cadence / 4), and never after validity has ended.
-    let remaining = kept.handle().remaining_validity();
-    let margin = TTL / 5;
-    assert!(
-        remaining > Duration::ZERO,
-        "fired only after validity ended"
-    );
-    assert!(remaining <= margin, "fired early, with {remaining:?} left");
-    assert!(
-        remaining + TTL / 12 >= margin,
-        "fired late, with {remaining:?} left"
-    );
-    assert!(
-        recorder.renewals.lock().unwrap().len() >= 2,
-        "it gave up without retrying"
-    );
+    (world, kept)
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_definite_loss_fires_at_the_first_renewal() {
-    let (recorder, handle, start) = lease(RenewReply::Lost(LossCause::OtherHolder)).await;
-    let kept = Watchdog::default()
-        .keep(handle)
+async fn a_lease_kept_late_is_renewed_at_once() {
+    // Kept at 2.5 s, with 460 ms of validity left: below the margin, so the first renewal is
+    // sent at once.
+    let (world, kept) = kept_late(COMMAND_TIMEOUT, ms(2_500), None).await;
+    sleep(ms(100)).await;
+    assert_eq!(world.sent(RequestKind::Renew), vec![ms(2_500)]);
+    assert!(!kept.signal().is_lost());
+    assert_eq!(since(kept.handle().valid_until()), ms(2_500) + TTL - DRIFT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_renewal_sent_near_the_margin_point_gets_time_to_be_answered() {
+    // Kept at 2.34 s, 20 ms before the margin point (2.36 s): its first renewal is due at the
+    // margin point, and answered 100 ms later, within the grace a first attempt gets (a retry
+    // interval, 250 ms).
+    let (world, kept) =
+        kept_late(COMMAND_TIMEOUT, ms(2_340), Some(Fault::DelayReply(ms(100)))).await;
+    sleep(ms(1_000)).await;
+    assert!(!kept.signal().is_lost(), "{:?}", kept.signal().reason());
+    assert_eq!(world.sent(RequestKind::Renew), vec![ms(2_360)]);
+    assert_eq!(since(kept.handle().valid_until()), ms(2_360) + TTL - DRIFT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_first_renewal_that_fails_or_hangs_fires_the_signal() {
+    // Kept at 2.5 s and lost: the signal fires when the backend gives up (200 ms).
+    let (world, kept) = kept_late(COMMAND_TIMEOUT, ms(2_500), Some(Fault::LoseRequest)).await;
+    assert_eq!(kept.signal().lost().await, LossReason::Unreachable);
+    assert_eq!(world.now(), ms(2_700));
+
+    // The same with a backend that would wait 10 s: the grace (250 ms) ends it first.
+    let (world, kept) = kept_late(ms(10_000), ms(2_500), Some(Fault::LoseRequest)).await;
+    assert_eq!(kept.signal().lost().await, LossReason::Unreachable);
+    assert_eq!(world.now(), ms(2_750));
+
+    // Kept at 2.8 s, 160 ms from the end of validity: the grace stops there.
+    let (world, kept) = kept_late(ms(10_000), ms(2_800), Some(Fault::LoseRequest)).await;
+    assert_eq!(kept.signal().lost().await, LossReason::Expired);
+    assert_eq!(world.now(), TTL - DRIFT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_in_flight_are_bounded_and_the_rest_wait_their_turn() {
+    // 100 leases on one watchdog that sends at most 10 renewals at once; every reply takes
+    // 20 ms. A round of 100 renewals then takes 200 ms: well inside the cadence.
+    const LEASES: usize = 100;
+    const MAX_IN_FLIGHT: usize = 10;
+    let world = World::new(COMMAND_TIMEOUT);
+    let watchdog = Watchdog::new(
+        KeepAliveSettings::default()
+            .with_max_in_flight(MAX_IN_FLIGHT)
+            .unwrap(),
+    );
+    let mut kept = Vec::new();
+    for i in 0..LEASES {
+        let handle = world.acquire(&format!("r{i}")).await;
+        kept.push(watchdog.keep(handle).map_err(|(e, _)| e).unwrap());
+    }
+    world
+        .backend()
+        .inject_many(Fault::DelayReply(ms(20)), 100_000);
+    sleep(ms(10_500)).await;
+    assert!(kept.iter().all(|k| !k.signal().is_lost()));
+    let renewals = world.sent(RequestKind::Renew);
+    // Ten rounds (the queue delays each lease by at most 200 ms a round).
+    assert!(renewals.len() >= LEASES * 9, "{} renewals", renewals.len());
+    // Each renewal is in flight for [sent, sent + 20 ms): never more than 10 overlap.
+    let most = renewals
+        .iter()
+        .map(|&t| {
+            renewals
+                .iter()
+                .filter(|&&u| u <= t && t < u + ms(20))
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert_eq!(most, MAX_IN_FLIGHT);
+    for k in kept {
+        world.backend().clear_faults();
+        let _ = k.release().await;
+    }
+}
+
+#[test]
+fn a_runtime_shutdown_fires_the_signal_and_the_next_keep_starts_a_new_task() {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    };
+    let watchdog = Watchdog::default();
+    let first = runtime();
+    let (world, kept) = first.block_on(async {
+        let world = World::new(COMMAND_TIMEOUT);
+        let kept = watchdog
+            .keep(world.acquire("a").await)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        (world, kept)
+    });
+    assert!(!kept.signal().is_lost());
+    // The watchdog's task dies with its runtime: nothing renews the lease any more.
+    drop(first);
+    assert_eq!(kept.signal().reason(), Some(LossReason::WatchdogStopped));
+    drop((world, kept));
+    runtime().block_on(async {
+        let world = World::new(COMMAND_TIMEOUT);
+        let kept = watchdog
+            .keep(world.acquire("b").await)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        world.until(ms(1_500)).await;
+        assert_eq!(world.sent(RequestKind::Renew), vec![ms(1_000)]);
+        assert_eq!(kept.release().await, ReleaseOutcome::Released);
+    });
+}
+
+/// A backend whose renewals panic.
+#[derive(Debug)]
+struct Panicking;
+
+impl leasehold::LeaseBackend for Panicking {
+    async fn acquire(&self, request: &leasehold::LeaseRequest) -> leasehold::AcquireReply {
+        leasehold::AcquireReply::Granted(leasehold::GrantReply::new(
+            leasehold::FenceToken::MIN,
+            request.ttl(),
+        ))
+    }
+    async fn renew(&self, _: &leasehold::Grant) -> leasehold::RenewReply {
+        panic!("a broken backend (this panic is expected by the test)")
+    }
+    async fn release(&self, _: &leasehold::Grant) -> leasehold::ReleaseReply {
+        leasehold::ReleaseReply::Released
+    }
+    async fn inspect(
+        &self,
+        _: &Purpose,
+        _: &ResourceDigest,
+        _: Option<&leasehold::Attempt>,
+    ) -> leasehold::InspectOutcome {
+        leasehold::InspectOutcome::Free
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_backend_stops_only_its_own_leases() {
+    let world = World::new(COMMAND_TIMEOUT);
+    let watchdog = Watchdog::default();
+    let healthy = watchdog
+        .keep(world.acquire("r").await)
         .map_err(|(e, _)| e)
         .unwrap();
-    assert_eq!(kept.signal().lost().await, LossReason::LostToAnother);
-    assert_eq!(Instant::now() - start, TTL / 3);
-    assert_eq!(recorder.renewals.lock().unwrap().len(), 1);
+    let broken_client = LeaseClient::new(Panicking).with_clock(world.clock);
+    let attempt = broken_client
+        .new_attempt(OperationId::new("op").unwrap())
+        .unwrap();
+    let request = broken_client
+        .request(
+            Purpose::new("p").unwrap(),
+            ResourceDigest::of("r"),
+            attempt,
+            TTL,
+        )
+        .unwrap();
+    let broken = watchdog
+        .keep(
+            broken_client
+                .try_acquire(&request)
+                .await
+                .into_handle()
+                .unwrap(),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    assert_eq!(broken.signal().lost().await, LossReason::WatchdogStopped);
+    assert_eq!(world.now(), ms(1_000));
+    world.until(ms(5_500)).await;
+    assert!(!healthy.signal().is_lost());
+    assert_eq!(
+        world.sent(RequestKind::Renew),
+        (1..=5).map(|k| CADENCE * k).collect::<Vec<_>>()
+    );
+    assert_eq!(healthy.release().await, ReleaseOutcome::Released);
+    assert_eq!(broken.release().await, ReleaseOutcome::Released);
 }
