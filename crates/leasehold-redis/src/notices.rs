@@ -225,6 +225,9 @@ async fn run(
             let all: Vec<String> = lock(&channels).keys().cloned().collect();
             if subscribe_all(&mut subscriber, &all).await.is_ok() {
                 backoff = Duration::from_millis(20);
+                // A release published before a subscription was in place went unheard:
+                // every waiter tries once more now that it is.
+                wake_all(&channels);
                 // Channels asked for while we were away are in `all` already.
                 while requests.try_recv().is_ok() {}
                 loop {
@@ -240,6 +243,9 @@ async fn run(
                                 if subscriber.subscribe(&channel).await.is_err() {
                                     break;
                                 }
+                                // The watch was handed out before this; a release in between
+                                // went unheard.
+                                wake(&channels, &channel);
                             }
                             None => return,
                         },

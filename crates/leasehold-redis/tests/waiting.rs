@@ -158,6 +158,70 @@ async fn a_cancelled_wait_leaves_nothing_held() {
     assert!(freed, "the grant of the dropped acquire was not released");
 }
 
+#[tokio::test]
+async fn settle_waits_for_the_cleanup_of_a_cancelled_wait() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    client.backend().warm_up().await.unwrap();
+    let req = request(&client, "w8", "op-a", Duration::from_secs(30))
+        .with_wait_timeout(Duration::from_secs(10))
+        .unwrap();
+    {
+        let _paused = server.pause();
+        let dropped = tokio::time::timeout(Duration::from_millis(50), client.acquire(&req)).await;
+        assert!(
+            dropped.is_err(),
+            "acquire finished against a stopped server"
+        );
+    }
+    // No polling: once settle returns, the cleanup has replayed the stalled grant and
+    // released it.
+    tokio::time::timeout(Duration::from_secs(5), client.settle())
+        .await
+        .expect("the cleanup finished");
+    let key = common::lease_key(&client, &req);
+    assert_eq!(
+        server.cmd(&["GET", &format!("{key}:fence")]).as_string(),
+        Some("1".into()),
+        "the stalled acquire never ran"
+    );
+    assert!(!server.keys().contains(&key), "{:?}", server.keys());
+    // Nothing is running: settle returns at once.
+    tokio::time::timeout(Duration::from_millis(100), client.settle())
+        .await
+        .expect("idle settle");
+}
+
+#[tokio::test]
+async fn a_release_before_the_subscription_is_confirmed_still_hands_off() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    client.backend().warm_up().await.unwrap();
+    // A fresh resource each round, so each waiter's SUBSCRIBE is new and still in flight when
+    // the release lands right after the waiter starts. The subscriber wakes the channel's
+    // waiters once it is subscribed, so the release heard by nobody is not slept through.
+    for round in 0..20 {
+        let resource = format!("w9-{round}");
+        let holder = request(&client, &resource, "op-a", Duration::from_secs(30));
+        let first = client.acquire(&holder).await.into_handle().expect("free");
+        let waiter = request(&client, &resource, "op-b", Duration::from_secs(30))
+            .with_wait_timeout(Duration::from_secs(10))
+            .unwrap();
+        let waiting = {
+            let client = client.clone();
+            tokio::spawn(async move { (client.acquire(&waiter).await.name(), Instant::now()) })
+        };
+        tokio::task::yield_now().await;
+        let (outcome, released_at, acquired_at) = release_and_join(first, waiting).await;
+        assert_eq!(outcome, "Acquired", "round {round}");
+        assert!(
+            acquired_at - released_at < Duration::from_secs(5),
+            "round {round}: {:?}",
+            acquired_at - released_at
+        );
+    }
+}
+
 /// Waits (bounded) until `n` connections are subscribed to the resource's release channel.
 async fn until_subscribed(
     server: &RedisServer,

@@ -22,6 +22,42 @@ use crate::request::LeaseRequest;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Queues {
     by_resource: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    cleanups: Arc<Cleanups>,
+}
+
+/// Counts the background cleanups of dropped acquires, so that [`LeaseClient::settle`] can
+/// wait for them (a process about to exit would otherwise cut them off).
+#[derive(Debug, Default)]
+struct Cleanups {
+    running: Mutex<usize>,
+    idle: tokio::sync::Notify,
+}
+
+/// Counts one cleanup as running until dropped — also when its task is aborted.
+struct Running(Arc<Cleanups>);
+
+impl Running {
+    fn start(cleanups: &Arc<Cleanups>) -> Self {
+        *cleanups
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) += 1;
+        Self(Arc::clone(cleanups))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut running = self
+            .0
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *running -= 1;
+        if *running == 0 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 impl Queues {
@@ -59,7 +95,9 @@ impl<B: LeaseBackend> Drop for CancelGuard<'_, B> {
         };
         let client = self.client.clone();
         let request = self.request.clone();
+        let running = Running::start(&client.queues.cleanups);
         runtime.spawn(async move {
+            let _running = running;
             if let Some(lease) = client.try_acquire(&request).await.into_handle() {
                 let outcome = lease.release().await;
                 tracing::debug!(?outcome, "released a grant left by a dropped acquire");
@@ -94,6 +132,36 @@ fn jitter(retry_after: Duration) -> Duration {
 }
 
 impl<B: LeaseBackend> LeaseClient<B> {
+    /// Waits until every background cleanup started by a dropped [`acquire`](Self::acquire)
+    /// future (of this client and its clones) has finished.
+    ///
+    /// Call it before a process exits after cancelling an acquire — on Ctrl-C, say: the
+    /// cleanup runs as a task on the runtime, and a runtime that shuts down cuts it off,
+    /// leaving a grant that may live until its TTL. Bound it with a timeout if the server may
+    /// not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping it stops only the waiting.
+    pub async fn settle(&self) {
+        let cleanups = &self.queues.cleanups;
+        loop {
+            let idle = cleanups.idle.notified();
+            let mut idle = std::pin::pin!(idle);
+            // Registered before the count is read, so a cleanup ending in between still wakes us.
+            idle.as_mut().enable();
+            if *cleanups
+                .running
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                == 0
+            {
+                return;
+            }
+            idle.await;
+        }
+    }
+
     /// Acquires the lease, waiting up to the request's wait timeout; a zero timeout tries once.
     ///
     /// While it waits, only the first waiter of a resource in this client retries; it sleeps
