@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use common::request;
 use leasehold_redis::leasehold::{
-    AcquireOutcome, IndeterminateCause, LeaseHandle, LeaseState, ReleaseOutcome, RenewOutcome,
+    AcquireOutcome, IndeterminateCause, LeaseHandle, LeaseRequest, LeaseState, ReleaseOutcome,
+    RenewOutcome,
 };
 use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
 use test_support::{RedisSentinel, Reply, sentinel::SERVICE};
@@ -26,6 +27,17 @@ fn sentinel_client(deployment: &RedisSentinel) -> RedisLeases {
     )
     .expect("valid sentinel URLs")
     .into_client()
+}
+
+/// Acquires `resource` for operation "op-a", which must be free.
+async fn hold(client: &RedisLeases, resource: &str) -> (LeaseRequest, LeaseHandle<RedisBackend>) {
+    let holder = request(client, resource, "op-a", LEASE_TTL);
+    let lease = client
+        .try_acquire(&holder)
+        .await
+        .into_handle()
+        .expect("free");
+    (holder, lease)
 }
 
 /// Renews until the server confirms (bounded). Until then every outcome must say "not
@@ -47,12 +59,7 @@ async fn renew_until_confirmed(lease: &LeaseHandle<RedisBackend>) -> usize {
 async fn leases_go_to_the_master_the_sentinel_names() {
     let deployment = RedisSentinel::start();
     let client = sentinel_client(&deployment);
-    let holder = request(&client, "s1", "op-a", LEASE_TTL);
-    let lease = client
-        .try_acquire(&holder)
-        .await
-        .into_handle()
-        .expect("free");
+    let (holder, lease) = hold(&client, "s1").await;
     let key = common::lease_key(&client, &holder);
     assert!(deployment.master().keys().contains(&key));
     let other = request(&client, "s1", "op-b", LEASE_TTL);
@@ -69,12 +76,7 @@ async fn leases_go_to_the_master_the_sentinel_names() {
 async fn after_a_failover_the_lease_is_renewed_on_the_promoted_replica() {
     let deployment = RedisSentinel::start();
     let client = sentinel_client(&deployment);
-    let holder = request(&client, "s2", "op-a", LEASE_TTL);
-    let lease = client
-        .try_acquire(&holder)
-        .await
-        .into_handle()
-        .expect("free");
+    let (holder, lease) = hold(&client, "s2").await;
     assert_eq!(lease.fence().get(), 1);
     // Replicated before the failover: this test is about routing, not about lost writes.
     assert_eq!(
@@ -111,12 +113,7 @@ async fn after_a_failover_the_lease_is_renewed_on_the_promoted_replica() {
 async fn a_stalled_master_is_left_for_the_promoted_one() {
     let deployment = RedisSentinel::start();
     let client = sentinel_client(&deployment);
-    let holder = request(&client, "s3", "op-a", LEASE_TTL);
-    let lease = client
-        .try_acquire(&holder)
-        .await
-        .into_handle()
-        .expect("free");
+    let (_, lease) = hold(&client, "s3").await;
     assert_eq!(
         deployment.master().cmd(&["WAIT", "1", "5000"]),
         Reply::Int(1)
@@ -224,12 +221,7 @@ async fn a_gated_grant_is_on_the_replica_when_it_is_acquired() {
     let client = gated_client(&deployment);
     // Scripts loaded first: a NOSCRIPT retry would send its pipeline, WAIT included, twice.
     client.backend().warm_up().await.expect("warm-up");
-    let holder = request(&client, "s5", "op-a", LEASE_TTL);
-    let lease = client
-        .try_acquire(&holder)
-        .await
-        .into_handle()
-        .expect("free");
+    let (holder, lease) = hold(&client, "s5").await;
     // WAIT returned after the replica acknowledged: no polling needed.
     let key = common::lease_key(&client, &holder);
     assert!(deployment.replica().keys().contains(&key));
