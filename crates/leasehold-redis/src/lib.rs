@@ -182,9 +182,10 @@ impl RedisBackend {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidUrl`] if `url` cannot be parsed.
+    /// [`Error::InvalidUrl`] if `url` cannot be parsed; [`Error::Unsupported`] for `rediss://`
+    /// without the `tls` feature.
     pub fn open(url: &str, settings: RedisSettings) -> Result<Self, Error> {
-        let client = redis::Client::open(url).map_err(|e| invalid_url(&e))?;
+        let client = standalone_client(url, &settings)?;
         let endpoint = client.get_connection_info().addr().to_string();
         let notices = notices::Notices::new(
             notices::Source::Single(Box::new(client.clone())),
@@ -358,6 +359,44 @@ impl RedisBackend {
     pub fn keys(&self) -> &KeyLayout {
         &self.keys
     }
+}
+
+/// Makes the redis-rs client for `url`, with the settings' TLS roots when it is `rediss://`.
+fn standalone_client(url: &str, settings: &RedisSettings) -> Result<redis::Client, Error> {
+    let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| invalid_url(&e))?;
+    let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+    if !tls {
+        return redis::Client::open(info).map_err(|e| invalid_url(&e));
+    }
+    tls_client(info, settings)
+}
+
+#[cfg(feature = "tls")]
+fn tls_client(
+    info: redis::ConnectionInfo,
+    settings: &RedisSettings,
+) -> Result<redis::Client, Error> {
+    // rustls needs a process-wide crypto provider; ring is the one compiled in. An error only
+    // means one was installed already, which serves as well.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match settings.tls_root_certificates() {
+        None => redis::Client::open(info),
+        Some(pem) => redis::Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.to_vec()),
+            },
+        ),
+    }
+    .map_err(|e| invalid_url(&e))
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_client(_: redis::ConnectionInfo, _: &RedisSettings) -> Result<redis::Client, Error> {
+    Err(Error::Unsupported(
+        "rediss:// needs leasehold-redis's `tls` feature".into(),
+    ))
 }
 
 /// The timeouts of a standalone or Sentinel-found connection.

@@ -17,6 +17,17 @@ pub struct RedisSettings {
     retry_after_fallback: Duration,
     max_in_flight: usize,
     replication: Option<ReplicationGate>,
+    tls_root: Option<RootCertificates>,
+}
+
+/// PEM certificates a `rediss://` server's certificate must chain to, instead of the system's.
+#[derive(Clone, PartialEq, Eq)]
+struct RootCertificates(Vec<u8>);
+
+impl std::fmt::Debug for RootCertificates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RootCertificates({} bytes of PEM)", self.0.len())
+    }
 }
 
 /// How many replicas must confirm a grant or renewal (`WAIT`) before it counts as applied.
@@ -48,6 +59,7 @@ impl Default for RedisSettings {
             retry_after_fallback: Duration::from_millis(50),
             max_in_flight: 1024,
             replication: None,
+            tls_root: None,
         }
     }
 }
@@ -208,6 +220,29 @@ impl RedisSettings {
         Ok(self)
     }
 
+    /// Sets the PEM certificate(s) a `rediss://` server must present a chain to, in place of
+    /// the system's trust store (a private CA, say). Needs the `tls` feature to connect.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidSetting`] if `pem` holds no `-----BEGIN CERTIFICATE-----` block.
+    pub fn with_tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Result<Self, Error> {
+        let pem = pem.into();
+        let marker = b"-----BEGIN CERTIFICATE-----";
+        if !pem.windows(marker.len()).any(|w| w == marker) {
+            return Err(invalid(
+                "TLS root certificates must be PEM with at least one CERTIFICATE block".to_owned(),
+            ));
+        }
+        self.tls_root = Some(RootCertificates(pem));
+        Ok(self)
+    }
+
+    /// Returns the PEM root certificates set for TLS, if any.
+    pub fn tls_root_certificates(&self) -> Option<&[u8]> {
+        self.tls_root.as_ref().map(|r| r.0.as_slice())
+    }
+
     /// Returns the replication gate, if one is set.
     pub fn replication(&self) -> Option<ReplicationGate> {
         self.replication
@@ -299,6 +334,14 @@ mod tests {
                 .is_err()
         );
         assert!(gated.with_command_timeout(Duration::from_secs(1)).is_ok());
+        assert!(
+            s.clone()
+                .with_tls_root_certificates(b"not pem".to_vec())
+                .is_err()
+        );
+        let pem = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".to_vec();
+        let with_root = s.clone().with_tls_root_certificates(pem).unwrap();
+        assert!(format!("{with_root:?}").contains("bytes of PEM"));
         assert!(s.with_namespace("my-app.prod_1").is_ok());
     }
 }

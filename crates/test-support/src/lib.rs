@@ -11,10 +11,12 @@ pub mod cluster;
 pub mod proxy;
 pub mod scenario;
 pub mod sentinel;
+pub mod tls;
 
 pub use cluster::RedisCluster;
 pub use proxy::{Fault, FaultProxy};
 pub use sentinel::RedisSentinel;
+pub use tls::TlsRedisServer;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
