@@ -1,6 +1,10 @@
 //! Redis backend for [`leasehold`]: leases with fencing tokens, in four Lua scripts.
 //!
-//! [`RedisBackend`] implements the [`leasehold::LeaseBackend`] port on one Redis deployment.
+//! [`RedisBackend`] implements the [`leasehold::LeaseBackend`] port on one Redis deployment: a
+//! standalone server ([`RedisBackend::open`]), a master found through Sentinel
+//! ([`RedisBackend::open_sentinel`]) or a Cluster ([`RedisBackend::open_cluster`]), over TCP or
+//! TLS (feature `tls`), optionally gating grants on replication
+//! ([`RedisSettings::with_replication`]).
 //! Each operation is one script run by EVALSHA (one round trip once the scripts are cached),
 //! atomic on the server. Acquire increments a per-resource fence counter on every new grant and
 //! stores the fence with the lease; renew and release act only on the exact grant.
@@ -41,7 +45,8 @@
 //! - [`keys`]: the key layout;
 //! - [`fenced`]: fenced writes, the effect point that rejects a stale holder's data;
 //! - [`settings`]: timeouts, limits, namespace;
-//! - internal: the connection and EVALSHA path, error classification, reply decoding.
+//! - internal: the connection and EVALSHA path (standalone, Sentinel, Cluster), release
+//!   notices (one subscriber per backend), error classification, reply decoding.
 
 #![warn(
     missing_docs,
@@ -336,7 +341,8 @@ impl RedisBackend {
         LeaseClient::new(self)
     }
 
-    /// Connects and loads the four scripts, so that every later operation is one round trip.
+    /// Connects and loads the scripts (the four lease scripts and the fenced write), so that
+    /// every later operation is one round trip.
     ///
     /// # Errors
     ///
