@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::duration::parse_duration;
 use crate::exit;
 
 /// The default Redis URL.
@@ -159,11 +160,6 @@ pub(crate) struct InspectArgs {
     pub(crate) json: bool,
 }
 
-/// Parses a humantime duration (`500ms`, `2s`, `1m`, `1h 30m`).
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|e| format!("{e} (expected e.g. 500ms, 2s, 1m)"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,17 +168,6 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn durations_are_humantime() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
-        for bad in ["", "5", "5x", "-1s", "1.5.2s"] {
-            let message = parse_duration(bad).unwrap_err();
-            assert!(message.contains("expected e.g."), "{bad:?}: {message}");
-        }
     }
 
     #[test]

@@ -18,10 +18,10 @@ use rusqlite::{Connection, named_params};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::config::DemoConfig;
+use crate::duration::format_duration;
 use crate::exit;
 use crate::local_redis::{LocalRedis, StartError};
 use crate::redact::mask_url;
-use crate::run::format_duration;
 
 /// Prints a line to stdout, returning early with the error if stdout is gone.
 macro_rules! say {

@@ -69,10 +69,12 @@ pub(crate) fn of_child(status: ExitStatus) -> u8 {
         // A process's exit code is already 0..=255 on Unix.
         return u8::try_from(code & 0xff).unwrap_or(FAILURE);
     }
-    match status.signal() {
-        Some(signal) => u8::try_from(128 + signal).unwrap_or(FAILURE),
-        None => FAILURE,
-    }
+    status.signal().map_or(FAILURE, of_signal)
+}
+
+/// The exit code that reports a process ended by signal `signal`: 128 + N, the shell's rule.
+pub(crate) fn of_signal(signal: i32) -> u8 {
+    u8::try_from(128 + signal).unwrap_or(FAILURE)
 }
 
 /// Converts to `ExitCode`.
@@ -94,6 +96,8 @@ mod tests {
         assert_eq!(of_child(ExitStatus::from_raw(15)), 143);
         assert_eq!(of_child(ExitStatus::from_raw(9)), 137);
         assert_eq!(of_child(ExitStatus::from_raw(2)), 130);
+        assert_eq!(of_signal(1), 129);
+        assert_eq!(of_signal(3), 131);
     }
 
     #[test]

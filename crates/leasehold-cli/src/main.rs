@@ -11,7 +11,7 @@
 //! - [`run`]: acquire, supervise the command, release; [`stop`]: when and how it is stopped;
 //! - [`inspect`]: who holds a lease;
 //! - [`demo`] and [`local_redis`]: the fencing story on an ephemeral redis-server;
-//! - [`redact`]: URLs fit to print.
+//! - [`redact`]: URLs fit to print; [`duration`]: durations in flags and messages.
 
 #![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
 #![forbid(unsafe_code)]
@@ -19,6 +19,7 @@
 mod args;
 mod config;
 mod demo;
+mod duration;
 mod exit;
 mod inspect;
 mod local_redis;

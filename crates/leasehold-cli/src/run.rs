@@ -25,6 +25,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::config::RunConfig;
+use crate::duration::format_duration;
 use crate::exit;
 use crate::stop::{ProcessGroup, StopPolicy};
 
@@ -59,10 +60,7 @@ impl Caught {
 
     /// The exit code of a process ended by this signal.
     fn exit_code(self) -> u8 {
-        match self {
-            Caught::Interrupt => 128 + 2,
-            Caught::Terminate => 128 + 15,
-        }
+        exit::of_signal(self.signal().as_raw())
     }
 }
 
@@ -402,11 +400,4 @@ fn report_release(outcome: ReleaseOutcome) {
             );
         }
     }
-}
-
-/// A duration for people: whole milliseconds (`1s 500ms`).
-pub(crate) fn format_duration(d: Duration) -> humantime::FormattedDuration {
-    humantime::format_duration(Duration::from_millis(
-        u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
-    ))
 }

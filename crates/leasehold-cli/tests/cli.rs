@@ -498,16 +498,13 @@ fn run_into_a_stopped_server<'s>(
     ttl: &str,
 ) -> (Running, test_support::PauseGuard<'s>) {
     let _held = Held::new(server, "r", Duration::from_secs(1));
-    let evalsha = || server.commandstats().get("evalsha").copied().unwrap_or(0);
-    let before = evalsha();
+    let first_try = evalsha_counter(server);
     let mut command = leasehold(&server.url());
     command
         .args(["run", "r", "--wait", "1500ms", "--ttl", ttl, "--"])
         .args(scratch.sh(r#"echo $LEASEHOLD_FENCE > "$D/ran""#));
     let running = Running::start(command);
-    wait_until("leasehold's first try", || {
-        (evalsha() > before).then_some(())
-    });
+    first_try.wait_for_more();
     (running, server.pause())
 }
 
@@ -797,26 +794,48 @@ fn bad_flags_and_durations_are_usage_errors_2_before_any_io() {
 
 #[test]
 fn help_documents_the_exit_codes_and_never_shows_the_url_variable() {
-    let mut command = leasehold(&dead_url());
-    command
-        .env(
-            "LEASEHOLD_REDIS_URL",
-            "redis://:hunter2@example.invalid:6379",
-        )
-        .args(["run", "--help"]);
-    let done = run_to_end(command);
-    done.assert_code(0);
+    let help = |argv: &[&str]| {
+        let mut command = leasehold(&dead_url());
+        command
+            .env(
+                "LEASEHOLD_REDIS_URL",
+                "redis://:hunter2@example.invalid:6379",
+            )
+            .args(argv);
+        let done = run_to_end(command);
+        done.assert_code(0);
+        assert!(!done.stdout.contains("hunter2"), "{argv:?}: {done:#?}");
+        done
+    };
+    let top = help(&["--help"]);
+    for needle in [
+        "75",
+        "69",
+        "70",
+        "128+N",
+        "LEASEHOLD_REDIS_URL",
+        "LEASEHOLD_NAMESPACE",
+        "run",
+        "inspect",
+        "demo",
+    ] {
+        assert!(top.stdout.contains(needle), "--help: {needle}: {top:#?}");
+    }
+    let run = help(&["run", "--help"]);
     for needle in [
         "75",
         "69",
         "70",
         "128+N",
         "LEASEHOLD_FENCE",
+        "LEASEHOLD_RESOURCE_DIGEST",
         "LEASEHOLD_TTL_MS",
     ] {
-        assert!(done.stdout.contains(needle), "{needle}: {done:#?}");
+        assert!(
+            run.stdout.contains(needle),
+            "run --help: {needle}: {run:#?}"
+        );
     }
-    assert!(!done.stdout.contains("hunter2"), "{done:#?}");
 }
 
 // ---------------------------------------------------------------------------------------------
