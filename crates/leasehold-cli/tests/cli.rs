@@ -783,13 +783,28 @@ fn bad_flags_and_durations_are_usage_errors_2_before_any_io() {
         assert!(done.stderr.contains(needle), "{argv:?}: {done:#?}");
     }
 
-    // A bad URL is a usage error too, and its password is not echoed.
-    let mut command = leasehold("redis://:hunter2@127.0.0.1:notaport");
-    command.args(["inspect", "r"]);
-    let done = run_to_end(command);
-    done.assert_code(2);
-    assert!(done.stderr.contains("--redis"), "{done:#?}");
-    assert!(!done.stderr.contains("hunter2"), "{done:#?}");
+    // A bad URL is a usage error too, and its password is not echoed, whatever it holds.
+    for url in [
+        "redis://:hunter2@127.0.0.1:notaport",
+        "redis://:hun?ter2@127.0.0.1:notaport",
+        "redis://:hun#ter2@127.0.0.1:notaport",
+        "redis://:hun?ter2@127.0.0.1:6379",
+        "redis://:hun#ter2@127.0.0.1:6379",
+    ] {
+        for argv in [&["inspect", "r"][..], &["run", "r", "--", "true"]] {
+            let mut command = leasehold(url);
+            command.args(argv);
+            let done = run_to_end(command);
+            done.assert_code(2);
+            assert!(done.stderr.contains("--redis"), "{url} {argv:?}: {done:#?}");
+            for secret in ["hunter2", "hun?ter2", "hun#ter2", "ter2"] {
+                assert!(
+                    !done.stderr.contains(secret) && !done.stdout.contains(secret),
+                    "{url} {argv:?}: {done:#?}"
+                );
+            }
+        }
+    }
 }
 
 #[test]
