@@ -791,11 +791,17 @@ fn bad_flags_and_durations_are_usage_errors_2_before_any_io() {
         "redis://:hun?ter2@127.0.0.1:6379",
         "redis://:hun#ter2@127.0.0.1:6379",
     ] {
-        for argv in [&["inspect", "r"][..], &["run", "r", "--", "true"]] {
+        for argv in [
+            &["inspect", "r"][..],
+            &["run", "r", "--", "true"],
+            &["demo"],
+        ] {
             let mut command = leasehold(url);
             command.args(argv);
             let done = run_to_end(command);
             done.assert_code(2);
+            // Reported before anything is done: the demo has not begun its story.
+            assert!(done.stdout.is_empty(), "{url} {argv:?}: {done:#?}");
             assert!(done.stderr.contains("--redis"), "{url} {argv:?}: {done:#?}");
             for secret in ["hunter2", "hun?ter2", "hun#ter2", "ter2"] {
                 assert!(
@@ -877,6 +883,47 @@ fn the_demo_tells_the_story_and_rejects_the_stale_write() {
     ] {
         assert!(done.stdout.contains(needle), "{needle}: {done:#?}");
     }
+}
+
+#[test]
+fn the_demo_runs_on_a_server_named_with_redis() {
+    let server = RedisServer::start();
+    let mut command = leasehold(&server.url());
+    // Would be used instead of starting one, were --redis not typed.
+    command
+        .env("LEASEHOLD_REDIS_SERVER", "/nonexistent/redis-server")
+        .arg("demo");
+    let done = run_to_end(command);
+    done.assert_code(0);
+    for needle in [
+        "(named with --redis)",
+        "A holds fence 1",
+        "B acquires: fence 2",
+        "0 rows changed: the stale write was REJECTED",
+    ] {
+        assert!(done.stdout.contains(needle), "{needle}: {done:#?}");
+    }
+    assert!(!done.stdout.contains("ephemeral"), "{done:#?}");
+    // The story ran on this server: its fence counter is the demo's.
+    let digest = ResourceDigest::of("orders/42");
+    let fence_key = format!("leasehold:lease:v1:demo:{{{}}}:fence", digest.as_str());
+    assert_eq!(
+        server.cmd(&["GET", &fence_key]).as_string(),
+        Some("2".into())
+    );
+}
+
+#[test]
+fn the_demo_against_an_unreachable_server_is_69() {
+    let url = format!("redis://:hunter2@127.0.0.1:{}", dead_port());
+    let mut command = leasehold(&url);
+    command.arg("demo");
+    let done = run_to_end(command);
+    done.assert_code(69);
+    assert!(done.stderr.contains("unavailable"), "{done:#?}");
+    assert!(done.stderr.contains("redis://:***@127.0.0.1:"), "{done:#?}");
+    assert!(!done.stderr.contains("hunter2"), "{done:#?}");
+    assert!(!done.stderr.contains("the demo failed"), "{done:#?}");
 }
 
 #[test]
