@@ -31,7 +31,8 @@ use crate::stop::{ProcessGroup, StopPolicy};
 
 /// How long an unknown acquire outcome is replayed before giving up (never past the TTL).
 const RESOLVE_BUDGET: Duration = Duration::from_secs(1);
-/// Pause between replays that found no connection, so a refused port is not hammered.
+/// Pause after every replay without a definite answer, so that a server that fails fast (a
+/// refused port, a script error) is not hammered in a tight loop until the budget is spent.
 const REPLAY_PAUSE: Duration = Duration::from_millis(50);
 /// How long cleanup after an interrupted acquire may take.
 const CLEANUP_BUDGET: Duration = Duration::from_secs(1);
@@ -218,14 +219,14 @@ async fn resolve(
     while Instant::now() < deadline {
         match client.try_acquire(request).await {
             AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease) => return Ok(lease),
+            // An unknown outcome can come back as fast as a refusal (a script error, a reset
+            // connection): every answer that is not definite is followed by the pause.
             AcquireOutcome::Indeterminate { cause, .. } => last = cause.to_string(),
-            AcquireOutcome::Unavailable(u) => {
-                last = u.to_string();
-                tokio::time::sleep(REPLAY_PAUSE).await;
-            }
-            AcquireOutcome::Overloaded => tokio::time::sleep(REPLAY_PAUSE).await,
+            AcquireOutcome::Unavailable(u) => last = u.to_string(),
+            AcquireOutcome::Overloaded => last = "too many commands in flight".to_owned(),
             other => return Err(not_acquired(other, request, shown)),
         }
+        tokio::time::sleep_until((Instant::now() + REPLAY_PAUSE).min(deadline)).await;
     }
     eprintln!(
         "leasehold: the outcome is still unknown after {} ({last}); a grant may exist for this \

@@ -247,6 +247,11 @@ fn evalsha_calls(server: &RedisServer) -> u64 {
 }
 
 impl EvalshaCounter<'_> {
+    /// Returns how many EVALSHA calls the server has seen since the counter was made.
+    fn count(&self) -> u64 {
+        evalsha_calls(self.server) - self.before
+    }
+
     fn wait_for_more(&self) {
         wait_until("leasehold's first try", || {
             (evalsha_calls(self.server) > self.before).then_some(())
@@ -488,31 +493,77 @@ fn rediss_urls_are_understood() {
     run_to_end(command).assert_code(69);
 }
 
-/// Starts `run` on a resource the test holds for a moment, and stops (SIGSTOPs) the server
-/// once leasehold has tried once and is waiting: its next tries go out on a live connection
-/// and get no reply, so their outcome is unknown. (A server stopped before leasehold connects
-/// would be `Unavailable` instead: the connection handshake never completes, nothing is sent.)
-fn run_into_a_stopped_server<'s>(
+/// Holds back every write on the server (`CLIENT PAUSE … WRITE`) until resumed or dropped.
+///
+/// An acquire (a script that may write) reaches the server and waits there unanswered, so its
+/// outcome is unknown to leasehold, while connecting and reads (`inspect`, this harness's own
+/// queries) still work. When writes resume, the parked commands run in the order they came.
+/// Unlike stopping the server, nothing depends on when leasehold connects or tries.
+struct WritesPaused<'s> {
     server: &'s RedisServer,
-    scratch: &Scratch,
-    ttl: &str,
-) -> (Running, test_support::PauseGuard<'s>) {
-    let _held = Held::new(server, "r", Duration::from_secs(1));
-    let first_try = evalsha_counter(server);
-    let mut command = leasehold(&server.url());
-    command
-        .args(["run", "r", "--wait", "1500ms", "--ttl", ttl, "--"])
-        .args(scratch.sh(r#"echo $LEASEHOLD_FENCE > "$D/ran""#));
-    let running = Running::start(command);
-    first_try.wait_for_more();
-    (running, server.pause())
+    resumed: bool,
+}
+
+impl<'s> WritesPaused<'s> {
+    fn start(server: &'s RedisServer) -> Self {
+        // Scripts loaded before the pause, so that a parked try runs (and grants) when writes
+        // resume instead of coming back NOSCRIPT.
+        Held::new(server, "warm-up", Duration::from_secs(30)).release();
+        assert_eq!(
+            server.cmd(&["CLIENT", "PAUSE", "600000", "WRITE"]),
+            Reply::Status("OK".into())
+        );
+        Self {
+            server,
+            resumed: false,
+        }
+    }
+
+    /// Waits until a client's command is parked at the server.
+    fn wait_for_a_parked_command(&self) {
+        wait_until("a command parked by the pause", || {
+            let info = self
+                .server
+                .cmd(&["INFO", "clients"])
+                .as_string()
+                .unwrap_or_default();
+            info.lines()
+                .find_map(|l| l.strip_prefix("blocked_clients:"))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .is_some_and(|n| n > 0)
+                .then_some(())
+        });
+    }
+
+    fn resume(mut self) {
+        self.resume_once();
+    }
+
+    fn resume_once(&mut self) {
+        if !self.resumed {
+            self.resumed = true;
+            self.server.cmd(&["CLIENT", "UNPAUSE"]);
+        }
+    }
+}
+
+impl Drop for WritesPaused<'_> {
+    fn drop(&mut self) {
+        self.resume_once();
+    }
 }
 
 #[test]
 fn an_outcome_that_stays_unknown_is_69_and_the_command_never_starts() {
     let server = RedisServer::start();
     let scratch = Scratch::new();
-    let (running, _paused) = run_into_a_stopped_server(&server, &scratch, "1s");
+    let paused = WritesPaused::start(&server);
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "r", "--ttl", "1s", "--"])
+        .args(scratch.sh(r#"echo $LEASEHOLD_FENCE > "$D/ran""#));
+    let running = Running::start(command);
+    paused.wait_for_a_parked_command();
     let done = running.finish();
     done.assert_code(69);
     assert!(
@@ -527,15 +578,49 @@ fn an_outcome_that_stays_unknown_is_69_and_the_command_never_starts() {
 fn an_unknown_outcome_resolved_by_replay_starts_the_command_with_the_one_grant() {
     let server = RedisServer::start();
     let scratch = Scratch::new();
-    let (mut running, paused) = run_into_a_stopped_server(&server, &scratch, "2s");
+    let paused = WritesPaused::start(&server);
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "r", "--ttl", "2s", "--"])
+        .args(scratch.sh(r#"echo $LEASEHOLD_FENCE > "$D/ran""#));
+    let mut running = Running::start(command);
     running.wait_for_stderr("replaying the same attempt");
+    // The parked first try now runs and grants; the replays behind it find that grant.
     paused.resume();
     let done = running.finish();
     done.assert_code(0);
-    // The grant the unanswered tries made when the server woke (fence 2, after the test's 1).
-    // Had leasehold made a new attempt instead of replaying, that grant would have made it
-    // contended.
-    assert_eq!(read(&scratch.path("ran")), "2\n", "{done:#?}");
+    // Had leasehold made a new attempt instead of replaying, the first try's grant would have
+    // made it contended; the fence counter says there was one grant.
+    assert_eq!(read(&scratch.path("ran")), "1\n", "{done:#?}");
+    assert_eq!(
+        server
+            .cmd(&["GET", &format!("{}:fence", lease_key("r"))])
+            .as_string(),
+        Some("1".into())
+    );
+}
+
+#[test]
+fn unknown_outcomes_are_replayed_at_a_pace() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    // A fence counter that is not a number makes the acquire script fail at the server: an
+    // error after the script started is `Indeterminate` (it may have written), and it comes
+    // back at once, every time.
+    server.cmd(&["SET", &format!("{}:fence", lease_key("r")), "not-a-number"]);
+    let tries = evalsha_counter(&server);
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "r", "--ttl", "1s", "--"])
+        .args(scratch.sh("touch \"$D/ran\""));
+    let done = run_to_end(command);
+    done.assert_code(69);
+    assert!(done.stderr.contains("still unknown"), "{done:#?}");
+    assert!(!scratch.path("ran").exists(), "the command ran");
+    // One try, then replays for at most 1 s with a 50 ms pause after each: about 21. Without
+    // the pause there are thousands.
+    let made = tries.count();
+    assert!((2..=30).contains(&made), "{made} tries: {done:#?}");
 }
 
 // ---------------------------------------------------------------------------------------------
