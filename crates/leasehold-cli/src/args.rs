@@ -87,8 +87,8 @@ its environment:
   LEASEHOLD_RESOURCE_DIGEST  the resource's digest (sha256:...), as stored in Redis
   LEASEHOLD_TTL_MS           the lease's TTL in milliseconds
 
-and renews the lease while the command runs. SIGINT and SIGTERM sent to leasehold are passed on
-to the command. If the lease is lost, or its validity is about to end because renewals fail,
+and renews the lease while the command runs. SIGHUP, SIGINT, SIGQUIT and SIGTERM sent to
+leasehold are passed on to the command. If the lease is lost, or its validity is about to end because renewals fail,
 leasehold sends SIGTERM to the command and SIGKILL after --grace, but never later than just
 before the lease's validity ends: the command is dead before anyone else can be granted the
 lease. When the command exits, the lease is released.

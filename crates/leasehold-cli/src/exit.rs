@@ -53,8 +53,8 @@ Exit status of `run`:
   126      the command could not be executed
   127      the command was not found
   2        usage error: a bad flag, duration or value; nothing was sent
-If leasehold itself gets SIGINT or SIGTERM before the command starts, it gives up and exits
-with 128+N (130, 143).
+If leasehold itself gets SIGHUP, SIGINT, SIGQUIT or SIGTERM before the command starts, it
+gives up and exits with 128+N (129, 130, 131, 143).
 
 `inspect`: 0 (held or free), 69 Redis unavailable or no answer, 2 usage error.
 `demo`: 0, 69 no redis-server could be started or reached, 1 otherwise.

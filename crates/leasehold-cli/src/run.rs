@@ -38,23 +38,33 @@ const REPLAY_PAUSE: Duration = Duration::from_millis(50);
 const CLEANUP_BUDGET: Duration = Duration::from_secs(1);
 
 /// A signal leasehold passes on to the command (or gives up on, before the command starts).
+///
+/// Not only SIGINT and SIGTERM: a SIGHUP (a closed terminal or SSH session) or SIGQUIT
+/// (`Ctrl-\`) ends a process by default too, and one that ended leasehold would leave the
+/// command, in its own process group, running on after the lease lapsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Caught {
+    Hangup,
     Interrupt,
+    Quit,
     Terminate,
 }
 
 impl Caught {
     fn signal(self) -> Signal {
         match self {
+            Caught::Hangup => Signal::HUP,
             Caught::Interrupt => Signal::INT,
+            Caught::Quit => Signal::QUIT,
             Caught::Terminate => Signal::TERM,
         }
     }
 
     fn name(self) -> &'static str {
         match self {
+            Caught::Hangup => "SIGHUP",
             Caught::Interrupt => "SIGINT",
+            Caught::Quit => "SIGQUIT",
             Caught::Terminate => "SIGTERM",
         }
     }
@@ -65,17 +75,21 @@ impl Caught {
     }
 }
 
-/// SIGINT and SIGTERM, caught from the start so that neither kills leasehold while it holds
-/// (or may hold) a lease.
+/// SIGHUP, SIGINT, SIGQUIT and SIGTERM, caught from the start so that none of them kills
+/// leasehold while it holds (or may hold) a lease.
 struct Signals {
+    hangup: tokio::signal::unix::Signal,
     interrupt: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
 }
 
 impl Signals {
     fn new() -> io::Result<Self> {
         Ok(Self {
+            hangup: signal(SignalKind::hangup())?,
             interrupt: signal(SignalKind::interrupt())?,
+            quit: signal(SignalKind::quit())?,
             terminate: signal(SignalKind::terminate())?,
         })
     }
@@ -83,7 +97,9 @@ impl Signals {
     /// Waits for the next one. Cancel safe.
     async fn next(&mut self) -> Caught {
         tokio::select! {
+            Some(()) = self.hangup.recv() => Caught::Hangup,
             Some(()) = self.interrupt.recv() => Caught::Interrupt,
+            Some(()) = self.quit.recv() => Caught::Quit,
             Some(()) = self.terminate.recv() => Caught::Terminate,
             else => std::future::pending().await,
         }

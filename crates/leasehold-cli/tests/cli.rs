@@ -710,25 +710,64 @@ fn sigint_and_sigterm_are_passed_on_to_the_command() {
 }
 
 #[test]
-fn interrupted_while_waiting_is_130_and_leaves_no_grant() {
+fn sighup_and_sigquit_are_passed_on_to_the_command() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let mut command = leasehold(&server.url());
+    command.args(["run", "r", "--"]).args(scratch.sh(&format!(
+        r#"trap 'echo HUP >> "$D/signals"' HUP
+           trap 'echo QUIT >> "$D/signals"; exit 9' QUIT
+           echo started > "$D/started"
+           {SPIN}"#
+    )));
+    let running = Running::start(command);
+    wait_for_file(&scratch.path("started"));
+    // A closed terminal: leasehold must neither die of it nor leave the command running
+    // without a lease.
+    send(running.pid(), rustix::process::Signal::HUP);
+    wait_until("the command to report SIGHUP", || {
+        read(&scratch.path("signals")).contains("HUP").then_some(())
+    });
+    send(running.pid(), rustix::process::Signal::QUIT);
+    let done = running.finish();
+    done.assert_code(9);
+    assert_eq!(read(&scratch.path("signals")), "HUP\nQUIT\n");
+    assert_eq!(server.cmd(&["EXISTS", &lease_key("r")]), Reply::Int(0));
+}
+
+#[test]
+fn a_signal_while_waiting_gives_128_plus_n_and_leaves_no_grant() {
+    use rustix::process::Signal;
     let server = RedisServer::start();
     let scratch = Scratch::new();
     let held = Held::new(&server, "r", Duration::from_secs(30));
-    let first_try = evalsha_counter(&server);
-    let mut command = leasehold(&server.url());
-    command
-        .args(["run", "r", "--wait", "20s", "--"])
-        .args(scratch.sh("touch \"$D/ran\""));
-    let running = Running::start(command);
-    // Waiting: tried once, contended, and asleep until the holder's TTL or a release notice.
-    first_try.wait_for_more();
-    send(running.pid(), rustix::process::Signal::INT);
-    let done = running.finish();
-    done.assert_code(130);
-    assert!(!scratch.path("ran").exists(), "the command ran");
-    // The test's lease is untouched.
-    let json = inspect_json(&server, "r");
-    assert_eq!(json["fence"], held.lease().fence().get(), "{json}");
+    for (signal, code, name) in [
+        (Signal::INT, 130, "SIGINT"),
+        (Signal::TERM, 143, "SIGTERM"),
+        (Signal::HUP, 129, "SIGHUP"),
+        (Signal::QUIT, 131, "SIGQUIT"),
+    ] {
+        let first_try = evalsha_counter(&server);
+        let mut command = leasehold(&server.url());
+        command
+            .args(["run", "r", "--wait", "20s", "--"])
+            .args(scratch.sh("touch \"$D/ran\""));
+        let running = Running::start(command);
+        // Waiting: tried once, contended, and asleep until the holder's TTL or a release notice.
+        first_try.wait_for_more();
+        send(running.pid(), signal);
+        let done = running.finish();
+        done.assert_code(code);
+        assert!(
+            done.stderr
+                .contains(&format!("{name} before the command started")),
+            "{done:#?}"
+        );
+        assert!(!scratch.path("ran").exists(), "the command ran");
+        // The test's lease is untouched.
+        let json = inspect_json(&server, "r");
+        assert_eq!(json["fence"], held.lease().fence().get(), "{json}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
