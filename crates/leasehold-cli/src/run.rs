@@ -7,27 +7,28 @@
 //! 2. While it runs, the watchdog renews the lease. When the loss signal fires, or the
 //!    validity left falls to the backstop (should the signal be late), the command's process
 //!    group gets SIGTERM, then SIGKILL after the grace, capped so that the command is dead a
-//!    margin before the validity ends ([`StopPolicy`]).
+//!    margin before the validity ends ([`StopPolicy`](crate::stop::StopPolicy)); see
+//!    [`supervise`].
 //! 3. The lease is released only after the command has exited.
 
 use std::ffi::OsStr;
 use std::io;
-use std::process::ExitStatus;
 use std::time::Duration;
 
 use leasehold_redis::RedisBackend;
 use leasehold_redis::RedisLeases;
 use leasehold_redis::leasehold::{
-    AcquireOutcome, InspectOutcome, KeptLease, LeaseHandle, LeaseRequest, ReleaseOutcome, Watchdog,
+    AcquireOutcome, InspectOutcome, LeaseHandle, LeaseRequest, ReleaseOutcome, Watchdog,
 };
 use rustix::process::Signal;
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::config::RunConfig;
 use crate::duration::format_duration;
 use crate::exit;
-use crate::stop::{ProcessGroup, StopPolicy};
+use crate::signals::Signals;
+use crate::stop::ProcessGroup;
+use crate::supervise::{Ended, Launched, supervise};
 
 /// How long an unknown acquire outcome is replayed before giving up (never past the TTL).
 const RESOLVE_BUDGET: Duration = Duration::from_secs(1);
@@ -36,75 +37,6 @@ const RESOLVE_BUDGET: Duration = Duration::from_secs(1);
 const REPLAY_PAUSE: Duration = Duration::from_millis(50);
 /// How long cleanup after an interrupted acquire may take.
 const CLEANUP_BUDGET: Duration = Duration::from_secs(1);
-
-/// A signal leasehold passes on to the command (or gives up on, before the command starts).
-///
-/// Not only SIGINT and SIGTERM: a SIGHUP (a closed terminal or SSH session) or SIGQUIT
-/// (`Ctrl-\`) ends a process by default too, and one that ended leasehold would leave the
-/// command, in its own process group, running on after the lease lapsed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Caught {
-    Hangup,
-    Interrupt,
-    Quit,
-    Terminate,
-}
-
-impl Caught {
-    fn signal(self) -> Signal {
-        match self {
-            Caught::Hangup => Signal::HUP,
-            Caught::Interrupt => Signal::INT,
-            Caught::Quit => Signal::QUIT,
-            Caught::Terminate => Signal::TERM,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Caught::Hangup => "SIGHUP",
-            Caught::Interrupt => "SIGINT",
-            Caught::Quit => "SIGQUIT",
-            Caught::Terminate => "SIGTERM",
-        }
-    }
-
-    /// The exit code of a process ended by this signal.
-    fn exit_code(self) -> u8 {
-        exit::of_signal(self.signal().as_raw())
-    }
-}
-
-/// SIGHUP, SIGINT, SIGQUIT and SIGTERM, caught from the start so that none of them kills
-/// leasehold while it holds (or may hold) a lease.
-struct Signals {
-    hangup: tokio::signal::unix::Signal,
-    interrupt: tokio::signal::unix::Signal,
-    quit: tokio::signal::unix::Signal,
-    terminate: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> io::Result<Self> {
-        Ok(Self {
-            hangup: signal(SignalKind::hangup())?,
-            interrupt: signal(SignalKind::interrupt())?,
-            quit: signal(SignalKind::quit())?,
-            terminate: signal(SignalKind::terminate())?,
-        })
-    }
-
-    /// Waits for the next one. Cancel safe.
-    async fn next(&mut self) -> Caught {
-        tokio::select! {
-            Some(()) = self.hangup.recv() => Caught::Hangup,
-            Some(()) = self.interrupt.recv() => Caught::Interrupt,
-            Some(()) = self.quit.recv() => Caught::Quit,
-            Some(()) = self.terminate.recv() => Caught::Terminate,
-            else => std::future::pending().await,
-        }
-    }
-}
 
 /// Runs `leasehold run` and returns its exit code.
 pub(crate) async fn run(config: RunConfig) -> u8 {
@@ -179,15 +111,16 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
         report_release(kept.release().await);
         return exit::FAILURE;
     };
+    let mut command = Launched { child, group };
 
-    let (status, stopped) = supervise(&mut child, group, &kept, stop, &mut signals).await;
-    if stopped || status.is_err() {
+    let Ended { status, lease_lost } = supervise(&mut command, &kept, stop, &mut signals).await;
+    if lease_lost || status.is_err() {
         // Whatever the command started and left behind (or a command we lost track of) must
         // not outlive the lease.
         group.signal(Signal::KILL);
     }
     report_release(kept.release().await);
-    if stopped {
+    if lease_lost {
         eprintln!("leasehold: the command was stopped because the lease was lost");
         return exit::LEASE_LOST;
     }
@@ -329,75 +262,6 @@ fn spawn(
         // it once, through leasehold, not twice.
         .process_group(0)
         .spawn()
-}
-
-/// Waits for the command to exit, forwarding signals and stopping it when the lease is lost.
-/// Returns its status and whether leasehold stopped it.
-async fn supervise(
-    child: &mut tokio::process::Child,
-    group: ProcessGroup,
-    kept: &KeptLease<RedisBackend>,
-    stop: StopPolicy,
-    signals: &mut Signals,
-) -> (io::Result<ExitStatus>, bool) {
-    let mut stopped = false;
-    let mut kill_at: Option<Instant> = None;
-    loop {
-        // Woken when the validity left reaches the backstop unless a renewal extends it first;
-        // then it is read again.
-        let until_backstop = kept
-            .handle()
-            .remaining_validity()
-            .saturating_sub(stop.backstop());
-        tokio::select! {
-            status = child.wait() => return (status, stopped),
-            caught = signals.next() => group.signal(caught.signal()),
-            reason = kept.signal().lost(), if !stopped => {
-                stopped = true;
-                kill_at = begin_stop(group, kept, stop, &format!("{reason:?}"));
-            }
-            () = tokio::time::sleep(until_backstop), if !stopped => {
-                if kept.handle().remaining_validity() <= stop.backstop() {
-                    stopped = true;
-                    kill_at = begin_stop(group, kept, stop, "validity about to end");
-                }
-            }
-            () = sleep_until_or_never(kill_at) => {
-                group.signal(Signal::KILL);
-                kill_at = None;
-            }
-        }
-    }
-}
-
-/// Sends SIGTERM and returns when SIGKILL is due (`None`: sent already).
-fn begin_stop(
-    group: ProcessGroup,
-    kept: &KeptLease<RedisBackend>,
-    stop: StopPolicy,
-    reason: &str,
-) -> Option<Instant> {
-    let kill_after = stop.kill_after(kept.handle().remaining_validity());
-    let now = Instant::now();
-    eprintln!(
-        "leasehold: lease lost ({reason}); stopping the command: SIGTERM now, SIGKILL in {}",
-        format_duration(kill_after)
-    );
-    group.signal(Signal::TERM);
-    // A stopped process would hold SIGTERM pending until it is continued.
-    group.signal(Signal::CONT);
-    if kill_after.is_zero() {
-        group.signal(Signal::KILL);
-        return None;
-    }
-    Some(now + kill_after)
-}
-
-async fn sleep_until_or_never(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
 }
 
 fn report_release(outcome: ReleaseOutcome) {
