@@ -230,6 +230,15 @@ fn is_dead(pid: u32) -> bool {
     }
 }
 
+/// Returns true if and only if `pid` is stopped (by SIGSTOP).
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            == Some("T")
+    })
+}
+
 /// Counts the server's EVALSHA calls (every lease operation is one, NOSCRIPT refusals too), so
 /// that a test can wait until leasehold has tried once.
 struct EvalshaCounter<'s> {
@@ -683,6 +692,35 @@ fn a_stopped_server_stops_the_command_before_validity_ends_70() {
         died_at - validity_end
     );
     assert!(done.stderr.contains("Unreachable"), "{done:#?}");
+}
+
+#[test]
+fn a_command_that_exits_while_leasehold_stalls_past_the_lease_is_70() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "r", "--ttl", "300ms", "--"])
+        .args(scratch.sh(r#"echo $$ > "$D/pid"
+               i=0; while [ ! -e "$D/go" ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done
+               exit 0"#));
+    let running = Running::start(command);
+    let pid: u32 = wait_for_file(&scratch.path("pid")).trim().parse().unwrap();
+    // leasehold stalls (a long GC pause, a starved VM); meanwhile the command finishes and the
+    // lease runs out at the server.
+    send(running.pid(), rustix::process::Signal::STOP);
+    wait_until("leasehold to stop", || {
+        is_stopped(running.pid()).then_some(())
+    });
+    std::fs::write(scratch.path("go"), "").unwrap();
+    wait_until("the command to exit", || is_dead(pid).then_some(()));
+    wait_until("the lease to expire at the server", || {
+        (server.cmd(&["EXISTS", &lease_key("r")]) == Reply::Int(0)).then_some(())
+    });
+    send(running.pid(), rustix::process::Signal::CONT);
+    // When leasehold looks again, the exit and the end of the lease are both there: the work
+    // may have outlived the lease.
+    running.finish().assert_code(70);
 }
 
 #[test]
