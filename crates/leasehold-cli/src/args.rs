@@ -91,7 +91,9 @@ and renews the lease while the command runs. SIGHUP, SIGINT, SIGQUIT and SIGTERM
 leasehold are passed on to the command. If the lease is lost, or its validity is about to end because renewals fail,
 leasehold sends SIGTERM to the command and SIGKILL after --grace, but never later than just
 before the lease's validity ends: the command is dead before anyone else can be granted the
-lease. When the command exits, the lease is released.
+lease. When the command exits, whatever it left running in its process group gets SIGTERM, and
+SIGKILL after --grace (capped the same way), while the lease is still kept; then the lease is
+released.
 
 The command runs in its own process group, and signals go to the whole group, so that stopping
 it also stops whatever it started. It is meant for non-interactive commands.";
@@ -135,7 +137,8 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_duration)]
     pub(crate) wait: Duration,
 
-    /// Time between SIGTERM and SIGKILL when the lease is lost (capped by what is left of it).
+    /// Time between SIGTERM and SIGKILL when the lease is lost, or for what the command leaves
+    /// running when it exits (capped by what is left of the lease).
     #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_duration)]
     pub(crate) grace: Duration,
 

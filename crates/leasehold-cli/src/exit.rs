@@ -49,7 +49,8 @@ Exit status of `run`:
   75       the lease was not acquired within --wait: another holder has it
   69       Redis unavailable, or the acquire's outcome stayed unknown, before the command
            started; the command was not started
-  70       the lease was lost while the command ran; the command was stopped
+  70       the lease was lost while the command (or what it left running) ran; it was
+           stopped
   126      the command could not be executed
   127      the command was not found
   2        usage error: a bad flag, duration or value; nothing was sent

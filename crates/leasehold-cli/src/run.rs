@@ -9,7 +9,8 @@
 //!    group gets SIGTERM, then SIGKILL after the grace, capped so that the command is dead a
 //!    margin before the validity ends ([`StopPolicy`](crate::stop::StopPolicy)); see
 //!    [`supervise`].
-//! 3. The lease is released only after the command has exited.
+//! 3. The lease is released only after the command has exited and nothing of its process
+//!    group is left (what it leaves running is stopped like a lost lease's command).
 
 use std::ffi::OsStr;
 use std::io;
@@ -20,14 +21,13 @@ use leasehold_redis::RedisLeases;
 use leasehold_redis::leasehold::{
     AcquireOutcome, InspectOutcome, LeaseHandle, LeaseRequest, ReleaseOutcome, Watchdog,
 };
-use rustix::process::Signal;
 use tokio::time::Instant;
 
 use crate::config::RunConfig;
 use crate::duration::format_duration;
 use crate::exit;
 use crate::signals::Signals;
-use crate::stop::ProcessGroup;
+use crate::stop::{self, ProcessGroup};
 use crate::supervise::{Ended, Launched, supervise};
 
 /// How long an unknown acquire outcome is replayed before giving up (never past the TTL).
@@ -91,6 +91,7 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
         return exit::UNAVAILABLE;
     }
 
+    stop::become_subreaper();
     let mut child = match spawn(&program, &args, kept.handle()) {
         Ok(child) => child,
         Err(e) => {
@@ -113,12 +114,8 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
     };
     let mut command = Launched { child, group };
 
+    // Returns once nothing of the command's group is left: only then may the lease go.
     let Ended { status, lease_lost } = supervise(&mut command, &kept, stop, &mut signals).await;
-    if lease_lost || status.is_err() {
-        // Whatever the command started and left behind (or a command we lost track of) must
-        // not outlive the lease.
-        group.signal(Signal::KILL);
-    }
     report_release(kept.release().await);
     if lease_lost {
         eprintln!("leasehold: the command was stopped because the lease was lost");

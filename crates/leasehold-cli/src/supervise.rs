@@ -6,18 +6,26 @@
 
 use std::io;
 use std::process::ExitStatus;
+use std::time::Duration;
 
 use leasehold_redis::leasehold::{KeptLease, LeaseBackend};
 use rustix::process::Signal;
-use tokio::time::Instant;
+use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::duration::format_duration;
 use crate::signals::Signals;
 use crate::stop::{ProcessGroup, StopPolicy};
 
+/// How often the group is looked at once its leader has exited (nothing signals that the
+/// last of it is gone).
+const GROUP_POLL: Duration = Duration::from_millis(10);
+/// How long a group may take to vanish after SIGKILL (a process in uninterruptible I/O dies
+/// when the I/O ends) before leasehold stops waiting for it.
+const KILL_WAIT: Duration = Duration::from_secs(1);
+
 /// A started command as [`supervise`] sees it.
 pub(crate) trait CommandGroup {
-    /// Waits for the command's own process to exit.
+    /// Waits for the command's own process (the group's leader) to exit.
     ///
     /// # Cancel safety
     ///
@@ -26,6 +34,10 @@ pub(crate) trait CommandGroup {
 
     /// Sends `signal` to every process in the command's group.
     fn signal(&self, signal: Signal);
+
+    /// Returns true if and only if nothing of the command's group is left. Called only after
+    /// [`exited`](Self::exited) has returned.
+    fn is_gone(&mut self) -> bool;
 }
 
 /// The command, started as the leader of its own process group.
@@ -43,6 +55,10 @@ impl CommandGroup for Launched {
     fn signal(&self, signal: Signal) {
         self.group.signal(signal);
     }
+
+    fn is_gone(&mut self) -> bool {
+        self.group.is_empty()
+    }
 }
 
 /// How the supervised command ended.
@@ -51,19 +67,66 @@ pub(crate) struct Ended {
     /// The exit status of the command's own process.
     pub(crate) status: io::Result<ExitStatus>,
     /// Returns true if and only if the lease was lost (or its validity ran down to the
-    /// backstop) before the command's exit was seen, and leasehold stopped it.
+    /// backstop) before the command's group was gone, and leasehold stopped what was left.
     pub(crate) lease_lost: bool,
 }
 
-/// Waits for the command to exit, passing signals on and stopping it when the lease is lost.
+/// Where a stop of the command's group is.
+#[derive(Debug, Default)]
+struct Stopping {
+    /// SIGTERM was sent.
+    terminated: bool,
+    /// When SIGKILL is due.
+    kill_at: Option<Instant>,
+    /// When SIGKILL was sent.
+    killed_at: Option<Instant>,
+}
+
+impl Stopping {
+    /// Sends SIGTERM (once) and makes SIGKILL due `kill_after` from now, or sooner if it was
+    /// due sooner already; at once when `kill_after` is zero.
+    fn begin(&mut self, command: &impl CommandGroup, kill_after: Duration) {
+        if !self.terminated {
+            self.terminated = true;
+            command.signal(Signal::TERM);
+            // A stopped process would hold SIGTERM pending until it is continued.
+            command.signal(Signal::CONT);
+        }
+        if self.killed_at.is_some() {
+            return;
+        }
+        let at = Instant::now() + kill_after;
+        self.kill_at = Some(self.kill_at.map_or(at, |due| due.min(at)));
+        if kill_after.is_zero() {
+            self.kill(command);
+        }
+    }
+
+    fn kill(&mut self, command: &impl CommandGroup) {
+        command.signal(Signal::KILL);
+        self.kill_at = None;
+        self.killed_at = Some(Instant::now());
+    }
+}
+
+/// Waits for the command to exit, and for whatever it left in its group to be gone, passing
+/// signals on and stopping the group when the lease is lost.
+///
+/// Nothing of the group may outlive the lease: once the command's own process has exited,
+/// what is left of its group (`worker &`) is stopped as a lost lease's command is —
+/// SIGTERM, then SIGKILL after the grace, capped by the validity left — while the lease is
+/// still kept alive, and `supervise` returns only when the group is gone.
 pub(crate) async fn supervise<B: LeaseBackend>(
     command: &mut impl CommandGroup,
     kept: &KeptLease<B>,
     stop: StopPolicy,
     signals: &mut Signals,
 ) -> Ended {
-    let mut stopped = false;
-    let mut kill_at: Option<Instant> = None;
+    let mut status: Option<io::Result<ExitStatus>> = None;
+    let mut lease_lost = false;
+    let mut stopping = Stopping::default();
+    let mut poll = tokio::time::interval(GROUP_POLL);
+    poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         // Woken when the validity left reaches the backstop unless a renewal extends it first;
         // then it is read again.
@@ -78,47 +141,72 @@ pub(crate) async fn supervise<B: LeaseBackend>(
             // No branch can starve another: the loss and backstop branches fire once, the
             // SIGKILL deadline once, and signals only when sent.
             biased;
-            reason = kept.signal().lost(), if !stopped => {
-                stopped = true;
-                kill_at = begin_stop(command, kept, stop, &format!("{reason:?}"));
+            reason = kept.signal().lost(), if !lease_lost => {
+                lease_lost = true;
+                lost(command, kept, stop, &mut stopping, &format!("{reason:?}"));
             }
-            () = tokio::time::sleep(until_backstop), if !stopped => {
+            () = tokio::time::sleep(until_backstop), if !lease_lost => {
                 if kept.handle().remaining_validity() <= stop.backstop() {
-                    stopped = true;
-                    kill_at = begin_stop(command, kept, stop, "validity about to end");
+                    lease_lost = true;
+                    lost(command, kept, stop, &mut stopping, "validity about to end");
                 }
             }
-            () = sleep_until_or_never(kill_at) => {
-                command.signal(Signal::KILL);
-                kill_at = None;
-            }
+            () = sleep_until_or_never(stopping.kill_at) => stopping.kill(command),
             caught = signals.next() => command.signal(caught.signal()),
-            status = command.exited() => return Ended { status, lease_lost: stopped },
+            exited = command.exited(), if status.is_none() => {
+                if exited.is_err() {
+                    // Lost track of it: whatever is running must not outlive the lease.
+                    stopping.kill(command);
+                }
+                status = Some(exited);
+                if command.is_gone() {
+                    break;
+                }
+                if !stopping.terminated {
+                    let kill_after = stop.kill_after(kept.handle().remaining_validity());
+                    eprintln!(
+                        "leasehold: the command exited and left processes in its group; \
+                         stopping them before the lease is released: SIGTERM now, SIGKILL in {}",
+                        format_duration(kill_after)
+                    );
+                    stopping.begin(command, kill_after);
+                }
+            }
+            _ = poll.tick(), if status.is_some() => {
+                if command.is_gone() {
+                    break;
+                }
+                if stopping.killed_at.is_some_and(|at| at.elapsed() >= KILL_WAIT) {
+                    eprintln!(
+                        "leasehold: processes of the command's group are still there {} after \
+                         SIGKILL; releasing the lease anyway",
+                        format_duration(KILL_WAIT)
+                    );
+                    break;
+                }
+            }
         }
+    }
+    Ended {
+        status: status.unwrap_or_else(|| Err(io::Error::other("no exit status"))),
+        lease_lost,
     }
 }
 
-/// Sends SIGTERM and returns when SIGKILL is due (`None`: sent already).
-fn begin_stop<B: LeaseBackend>(
+/// The lease is lost: stop the group, SIGKILL no later than the validity left allows.
+fn lost<B: LeaseBackend>(
     command: &impl CommandGroup,
     kept: &KeptLease<B>,
     stop: StopPolicy,
+    stopping: &mut Stopping,
     reason: &str,
-) -> Option<Instant> {
+) {
     let kill_after = stop.kill_after(kept.handle().remaining_validity());
-    let now = Instant::now();
     eprintln!(
         "leasehold: lease lost ({reason}); stopping the command: SIGTERM now, SIGKILL in {}",
         format_duration(kill_after)
     );
-    command.signal(Signal::TERM);
-    // A stopped process would hold SIGTERM pending until it is continued.
-    command.signal(Signal::CONT);
-    if kill_after.is_zero() {
-        command.signal(Signal::KILL);
-        return None;
-    }
-    Some(now + kill_after)
+    stopping.begin(command, kill_after);
 }
 
 async fn sleep_until_or_never(deadline: Option<Instant>) {
@@ -133,11 +221,11 @@ mod tests {
     //! `supervise` against the simulated server, in paused time: every instant is exact, and
     //! two events can be made ready at once, which a real process and server cannot promise.
 
-    use std::cell::RefCell;
+    use std::cell::{Cell, RefCell};
     use std::os::unix::process::ExitStatusExt as _;
     use std::time::Duration;
 
-    use leasehold::sim::{SimBackend, SimServer};
+    use leasehold::sim::{Fault, SimBackend, SimServer};
     use leasehold::{
         AcquireOutcome, LeaseClient, LossReason, OperationId, Purpose, ResourceDigest, TokioClock,
         Watchdog,
@@ -148,12 +236,16 @@ mod tests {
     const TTL: Duration = Duration::from_secs(3);
     const COMMAND_TIMEOUT: Duration = Duration::from_millis(200);
 
-    /// A command whose exit the test decides, recording the signals its group gets.
+    /// A command whose exit the test decides, recording the signals its group gets and when.
     #[derive(Debug, Default)]
     struct Scripted {
         /// Its exit status once it has exited; `None` runs until the test says otherwise.
         status: Option<ExitStatus>,
-        signals: RefCell<Vec<Signal>>,
+        /// What it left running in its group, if anything, and the signal that ends that
+        /// (SIGKILL always does).
+        leftovers_die_on: Option<Signal>,
+        left_gone: Cell<bool>,
+        signals: RefCell<Vec<(Signal, Instant)>>,
     }
 
     impl Scripted {
@@ -164,8 +256,25 @@ mod tests {
             }
         }
 
+        /// Exited with `code`, leaving processes in its group that `die_on` ends.
+        fn left_behind(code: i32, die_on: Signal) -> Self {
+            Self {
+                leftovers_die_on: Some(die_on),
+                ..Self::exited_with(code)
+            }
+        }
+
         fn signals(&self) -> Vec<Signal> {
-            self.signals.borrow().clone()
+            self.signals.borrow().iter().map(|(s, _)| *s).collect()
+        }
+
+        fn sent_at(&self, signal: Signal) -> Instant {
+            self.signals
+                .borrow()
+                .iter()
+                .find(|(s, _)| *s == signal)
+                .map(|(_, at)| *at)
+                .unwrap_or_else(|| panic!("no {signal:?}"))
         }
     }
 
@@ -181,13 +290,21 @@ mod tests {
         }
 
         fn signal(&self, signal: Signal) {
-            self.signals.borrow_mut().push(signal);
+            self.signals.borrow_mut().push((signal, Instant::now()));
+            if signal == Signal::KILL || self.leftovers_die_on == Some(signal) {
+                self.left_gone.set(true);
+            }
+        }
+
+        fn is_gone(&mut self) -> bool {
+            self.leftovers_die_on.is_none() || self.left_gone.get()
         }
     }
 
     /// A simulated server and a lease kept on it, on tokio's (paused) clock.
     struct World {
         server: SimServer,
+        client: LeaseClient<SimBackend>,
         kept: KeptLease<SimBackend>,
     }
 
@@ -211,7 +328,11 @@ mod tests {
                 panic!("not acquired");
             };
             let kept = Watchdog::default().keep(lease).map_err(|(e, _)| e).unwrap();
-            Self { server, kept }
+            Self {
+                server,
+                client,
+                kept,
+            }
         }
 
         /// Takes the lease away at the server; the next renewal finds it gone.
@@ -243,5 +364,89 @@ mod tests {
                 "round {round}"
             );
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_command_that_leaves_nothing_behind_gets_no_signal() {
+        let mut signals = Signals::new().unwrap();
+        let world = World::new().await;
+        let mut command = Scripted::exited_with(3);
+        let stop = StopPolicy::new(TTL, Duration::from_secs(5));
+        let ended = supervise(&mut command, &world.kept, stop, &mut signals).await;
+        assert!(!ended.lease_lost);
+        assert_eq!(ended.status.unwrap().code(), Some(3));
+        assert!(command.signals().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_the_command_leaves_behind_is_stopped_with_sigterm() {
+        let mut signals = Signals::new().unwrap();
+        let world = World::new().await;
+        let mut command = Scripted::left_behind(0, Signal::TERM);
+        let stop = StopPolicy::new(TTL, Duration::from_secs(5));
+        let ended = supervise(&mut command, &world.kept, stop, &mut signals).await;
+        assert!(!ended.lease_lost);
+        assert_eq!(ended.status.unwrap().code(), Some(0));
+        assert_eq!(command.signals(), [Signal::TERM, Signal::CONT]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leftovers_that_ignore_sigterm_get_sigkill_after_the_grace() {
+        let mut signals = Signals::new().unwrap();
+        let world = World::new().await;
+        let mut command = Scripted::left_behind(0, Signal::KILL);
+        let grace = Duration::from_secs(1);
+        let stop = StopPolicy::new(TTL, grace);
+        let ended = supervise(&mut command, &world.kept, stop, &mut signals).await;
+        assert!(!ended.lease_lost, "the lease is kept alive meanwhile");
+        assert_eq!(
+            command.signals(),
+            [Signal::TERM, Signal::CONT, Signal::KILL]
+        );
+        assert_eq!(
+            command.sent_at(Signal::KILL) - command.sent_at(Signal::TERM),
+            grace
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_sigkill_for_leftovers_comes_before_validity_ends() {
+        let mut signals = Signals::new().unwrap();
+        let world = World::new().await;
+        // No renewal is answered from here on.
+        world
+            .client
+            .backend()
+            .inject_many(Fault::LoseRequest, 1_000);
+        let mut command = Scripted::left_behind(0, Signal::KILL);
+        let stop = StopPolicy::new(TTL, Duration::from_secs(60));
+        let valid_until = Instant::now() + world.kept.handle().remaining_validity();
+        let ended = supervise(&mut command, &world.kept, stop, &mut signals).await;
+        // Stopped before the lease ran out, though the grace is a minute; and reported as lost,
+        // since the renewals went unanswered while the leftovers ran.
+        assert!(command.sent_at(Signal::KILL) + stop.margin() <= valid_until);
+        assert!(ended.lease_lost);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_loss_while_leftovers_run_kills_them_at_once() {
+        let mut signals = Signals::new().unwrap();
+        let world = World::new().await;
+        let mut command = Scripted::left_behind(0, Signal::KILL);
+        let stop = StopPolicy::new(TTL, Duration::from_secs(60));
+        world.delete();
+        let ended = supervise(&mut command, &world.kept, stop, &mut signals).await;
+        assert!(ended.lease_lost);
+        assert_eq!(ended.status.unwrap().code(), Some(0));
+        // SIGTERM when the command exited; SIGKILL at the renewal that found the key gone (the
+        // first is due a third of the TTL in), not a minute later.
+        assert_eq!(
+            command.signals(),
+            [Signal::TERM, Signal::CONT, Signal::KILL]
+        );
+        assert_eq!(
+            command.sent_at(Signal::KILL) - command.sent_at(Signal::TERM),
+            TTL / 3
+        );
     }
 }

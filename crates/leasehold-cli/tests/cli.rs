@@ -417,6 +417,36 @@ fn after_the_command_exits_the_lease_is_free() {
     assert_eq!(json["state"], "free", "{json}");
 }
 
+#[test]
+fn nothing_the_command_leaves_behind_outlives_the_lease() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    // A worker that ignores SIGTERM and writes with the fence until it is killed, started in
+    // the background by a command that exits at once.
+    std::fs::write(
+        scratch.path("worker.sh"),
+        r#"trap 'echo TERM >> "$D/signals"' TERM
+           echo $$ > "$D/worker"
+           i=0; while [ $i -lt 600 ]; do echo "$LEASEHOLD_FENCE" >> "$D/writes"; sleep 0.05; i=$((i+1)); done"#,
+    )
+    .unwrap();
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "r", "--grace", "300ms", "--"])
+        .args(scratch.sh(r#"D="$D" sh "$D/worker.sh" &
+               while [ ! -s "$D/writes" ]; do sleep 0.01; done
+               exit 0"#));
+    let done = run_to_end(command);
+    // The command's own code: it ran to completion, and the lease was kept meanwhile.
+    done.assert_code(0);
+    let worker: u32 = read(&scratch.path("worker")).trim().parse().unwrap();
+    // Gone before leasehold released the lease and exited: asked first, then killed.
+    assert!(is_dead(worker), "the worker outlived leasehold: {done:#?}");
+    assert_eq!(read(&scratch.path("signals")), "TERM\n", "{done:#?}");
+    assert!(done.stderr.contains("left processes"), "{done:#?}");
+    assert_eq!(server.cmd(&["EXISTS", &lease_key("r")]), Reply::Int(0));
+}
+
 // ---------------------------------------------------------------------------------------------
 // run: not acquired, unavailable, unknown
 
