@@ -35,7 +35,8 @@ const RESOLVE_BUDGET: Duration = Duration::from_secs(1);
 /// Pause after every replay without a definite answer, so that a server that fails fast (a
 /// refused port, a script error) is not hammered in a tight loop until the budget is spent.
 const REPLAY_PAUSE: Duration = Duration::from_millis(50);
-/// How long cleanup after an interrupted acquire may take.
+/// How long each step of the cleanup after an interrupted acquire may take: waiting for the
+/// library's background cleanup, then finding and releasing this attempt's grant.
 const CLEANUP_BUDGET: Duration = Duration::from_secs(1);
 
 /// Runs `leasehold run` and returns its exit code.
@@ -223,25 +224,74 @@ fn not_acquired(outcome: AcquireOutcome<RedisBackend>, request: &LeaseRequest, s
 }
 
 /// Cleans up after an acquire that was interrupted: a grant may exist for the attempt.
+///
+/// First the library's own cleanup: a waiting acquire that is dropped replays its attempt
+/// and releases what it finds in a background task, which the runtime's shutdown at exit
+/// would cut off half-way. Then, with the background quiet, this attempt's grant is looked
+/// for and released, retried at a pace until a definite answer or the budget's end. Anything
+/// short of "free", "held by another" or a confirmed release is reported.
 async fn abandon(client: &RedisLeases, request: &LeaseRequest) {
-    let cleanup = async {
-        // Read-only first: replaying when nothing is held would make a grant just to drop it.
-        let held = client
-            .inspect(
-                request.purpose(),
-                request.resource(),
-                Some(request.attempt()),
-            )
-            .await;
-        if matches!(held, InspectOutcome::Free | InspectOutcome::HeldByOther(_)) {
-            return;
+    if tokio::time::timeout(CLEANUP_BUDGET, client.settle())
+        .await
+        .is_err()
+    {
+        eprintln!(
+            "leasehold: the interrupted acquire's own cleanup did not finish within {}",
+            format_duration(CLEANUP_BUDGET)
+        );
+    }
+    let deadline = Instant::now() + CLEANUP_BUDGET;
+    let mut last = "no answer".to_owned();
+    let cleaned = tokio::time::timeout_at(deadline, async {
+        loop {
+            match release_this_attempt(client, request).await {
+                Ok(()) => return,
+                Err(why) => last = why,
+            }
+            tokio::time::sleep(REPLAY_PAUSE).await;
         }
-        if let Some(lease) = client.try_acquire(request).await.into_handle() {
-            report_release(lease.release().await);
-        }
+    })
+    .await;
+    if cleaned.is_err() {
+        eprintln!(
+            "leasehold: could not confirm that no grant is left ({last}); a grant may live until \
+             its TTL ({})",
+            format_duration(request.ttl())
+        );
+    }
+}
+
+/// Releases this attempt's grant if there is one. `Ok` means none is left for certain: the
+/// lease is free, held by another, or was released; `Err` says why that is not known.
+async fn release_this_attempt(client: &RedisLeases, request: &LeaseRequest) -> Result<(), String> {
+    // Read-only first: replaying when nothing is held would make a grant just to drop it.
+    match client
+        .inspect(
+            request.purpose(),
+            request.resource(),
+            Some(request.attempt()),
+        )
+        .await
+    {
+        InspectOutcome::Free | InspectOutcome::HeldByOther(_) => return Ok(()),
+        InspectOutcome::HeldByThisAttempt(_) => {}
+        InspectOutcome::Indeterminate(i) => return Err(i.to_string()),
+        InspectOutcome::Unavailable(u) => return Err(u.to_string()),
+        other => return Err(format!("{other:?}")),
+    }
+    let lease = match client.try_acquire(request).await {
+        AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease) => lease,
+        // Someone else's now: this attempt's grant expired in between.
+        AcquireOutcome::Contended(_) | AcquireOutcome::OwnerOperationConflict(_) => return Ok(()),
+        AcquireOutcome::Indeterminate { cause, .. } => return Err(cause.to_string()),
+        AcquireOutcome::Unavailable(u) => return Err(u.to_string()),
+        other => return Err(other.name().to_owned()),
     };
-    if tokio::time::timeout(CLEANUP_BUDGET, cleanup).await.is_err() {
-        eprintln!("leasehold: no answer while cleaning up; a grant may live until its TTL");
+    match lease.release().await {
+        ReleaseOutcome::Released | ReleaseOutcome::AlreadyGone | ReleaseOutcome::NotOwner => Ok(()),
+        ReleaseOutcome::Indeterminate(i) => Err(i.to_string()),
+        ReleaseOutcome::Unavailable(u) => Err(u.to_string()),
+        other => Err(format!("{other:?}")),
     }
 }
 

@@ -15,7 +15,7 @@ use leasehold_redis::leasehold::{
     DriftBudget, LeaseHandle, OperationId, Purpose, ReleaseOutcome, ResourceDigest,
 };
 use leasehold_redis::{RedisBackend, RedisSettings};
-use test_support::{RedisServer, Reply};
+use test_support::{Fault, FaultProxy, RedisServer, Reply};
 
 const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -836,6 +836,69 @@ fn a_signal_while_waiting_gives_128_plus_n_and_leaves_no_grant() {
         let json = inspect_json(&server, "r");
         assert_eq!(json["fence"], held.lease().fence().get(), "{json}");
     }
+}
+
+/// Starts `run --wait` through a proxy and interrupts it while its acquire's outcome is unknown
+/// to it but a grant exists: the try reaches the server, which grants it, and the reply is held
+/// back. Returns the running leasehold once it has said it is giving up.
+fn interrupt_while_a_grant_is_unknown(
+    server: &RedisServer,
+    proxy: &FaultProxy,
+    scratch: &Scratch,
+) -> Running {
+    let paused = WritesPaused::start(server);
+    let mut command = leasehold(&proxy.url());
+    command
+        .args(["run", "r", "--wait", "20s", "--ttl", "5s", "--"])
+        .args(scratch.sh("touch \"$D/ran\""));
+    let mut running = Running::start(command);
+    // Connected, and its try waits at the server; from now on no reply gets through.
+    paused.wait_for_a_parked_command();
+    proxy.to_client(Fault::Hold);
+    paused.resume();
+    wait_until("the grant leasehold does not know of", || {
+        (server.cmd(&["EXISTS", &lease_key("r")]) == Reply::Int(1)).then_some(())
+    });
+    send(running.pid(), rustix::process::Signal::INT);
+    running.wait_for_stderr("SIGINT before the command started");
+    running
+}
+
+#[test]
+fn interrupted_while_the_outcome_is_unknown_releases_the_grant() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let scratch = Scratch::new();
+    let running = interrupt_while_a_grant_is_unknown(&server, &proxy, &scratch);
+    // Replies come back after longer than two command timeouts (200 ms each at this TTL),
+    // well inside the cleanup budget.
+    std::thread::sleep(Duration::from_millis(600));
+    proxy.to_client(Fault::Pass);
+    let done = running.finish();
+    done.assert_code(130);
+    assert!(!scratch.path("ran").exists(), "the command ran");
+    assert_eq!(
+        server.cmd(&["EXISTS", &lease_key("r")]),
+        Reply::Int(0),
+        "the grant was left behind: {done:#?}"
+    );
+    assert!(!done.stderr.contains("may live"), "{done:#?}");
+}
+
+#[test]
+fn interrupted_while_the_outcome_stays_unknown_says_a_grant_may_live() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let scratch = Scratch::new();
+    let running = interrupt_while_a_grant_is_unknown(&server, &proxy, &scratch);
+    // No reply gets through before leasehold gives up.
+    let done = running.finish();
+    done.assert_code(130);
+    assert!(!scratch.path("ran").exists(), "the command ran");
+    assert!(
+        done.stderr.contains("a grant may live until its TTL"),
+        "{done:#?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
