@@ -407,6 +407,63 @@ fn a_command_that_cannot_be_found_is_127_and_the_lease_is_released() {
 }
 
 #[test]
+fn the_lease_is_renewed_while_the_command_runs() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let mut command = leasehold(&server.url());
+    // Four TTLs long: the command completes only if the lease is kept alive throughout.
+    command.args(["run", "r", "--ttl", "300ms", "--"]).args(
+        scratch.sh(r#"echo $LEASEHOLD_FENCE > "$D/fence"; sleep 1.2; touch "$D/done"; exit 5"#),
+    );
+    let running = Running::start(command);
+    let fence = wait_for_file(&scratch.path("fence")).trim().to_owned();
+    // Until the command is done, the key is there, held by the one grant (the stored value
+    // is `fence:token:operation`).
+    let mut samples = 0;
+    loop {
+        let done_before = scratch.path("done").exists();
+        let stored = server.cmd(&["GET", &lease_key("r")]).as_string();
+        if done_before {
+            break;
+        }
+        match stored {
+            Some(value) => {
+                assert_eq!(value.split(':').next(), Some(fence.as_str()), "{value}");
+                samples += 1;
+            }
+            // Released, which happens only once the command is done.
+            None => assert!(scratch.path("done").exists(), "the lease lapsed"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let done = running.finish();
+    done.assert_code(5);
+    assert!(samples >= 10, "{samples} samples: {done:#?}");
+    assert_eq!(fence, "1");
+    // Renewed, not re-acquired: the fence counter saw one grant.
+    assert_eq!(
+        server
+            .cmd(&["GET", &format!("{}:fence", lease_key("r"))])
+            .as_string(),
+        Some("1".into())
+    );
+}
+
+#[test]
+fn a_command_that_cannot_be_executed_is_126_and_the_lease_is_released() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let script = scratch.path("not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    let mut command = leasehold(&server.url());
+    command.args(["run", "r", "--"]).arg(&script);
+    let done = run_to_end(command);
+    done.assert_code(126);
+    assert!(done.stderr.contains("not-executable.sh"), "{done:#?}");
+    assert_eq!(inspect_json(&server, "r")["state"], "free");
+}
+
+#[test]
 fn after_the_command_exits_the_lease_is_free() {
     let server = RedisServer::start();
     let mut command = leasehold(&server.url());
@@ -670,24 +727,35 @@ fn a_lease_lost_to_another_stops_the_command_70() {
     let server = RedisServer::start();
     let scratch = Scratch::new();
     let mut command = leasehold(&server.url());
+    // A command that outlives SIGTERM, and a grace of a minute: a lease found lost outright has
+    // no validity left, so SIGKILL must follow SIGTERM at once (D17), not after the grace.
     command
-        .args(["run", "r", "--ttl", "1s", "--"])
-        .args(scratch.sh(&format!("echo started > \"$D/started\"; {SPIN}")));
+        .args(["run", "r", "--ttl", "1s", "--grace", "1m", "--"])
+        .args(scratch.sh(&format!(
+            r#"trap 'echo TERM >> "$D/signals"' TERM
+               echo $$ > "$D/pid"
+               {SPIN}"#
+        )));
     let running = Running::start(command);
-    wait_for_file(&scratch.path("started"));
-    // Someone deletes the key: the next renewal finds it gone.
+    let pid: u32 = wait_for_file(&scratch.path("pid")).trim().parse().unwrap();
+    // Someone deletes the key: the next renewal (a third of the TTL away) finds it gone.
+    let deleted_at = Instant::now();
     assert_eq!(server.cmd(&["DEL", &lease_key("r")]), Reply::Int(1));
+    let died_at = wait_until("the command to die", || is_dead(pid).then(Instant::now));
     let done = running.finish();
     done.assert_code(70);
     assert!(done.stderr.contains("LostToAnother"), "{done:#?}");
+    assert!(
+        died_at - deleted_at < Duration::from_secs(5),
+        "the command lived {:?} after the loss",
+        died_at - deleted_at
+    );
 }
 
 #[test]
 fn a_stopped_server_stops_the_command_before_validity_ends_70() {
     let server = RedisServer::start();
     let scratch = Scratch::new();
-    // Long enough that the stop margin (TTL / 20 = 200 ms) dwarfs leasehold's start-up time,
-    // which this test must count against it (see `before_start`).
     let ttl = Duration::from_secs(4);
     let mut command = leasehold(&server.url());
     // A long grace and a command that ignores SIGTERM: only the cap can stop it in time.
@@ -698,11 +766,18 @@ fn a_stopped_server_stops_the_command_before_validity_ends_70() {
                echo $$ > "$D/pid"
                {SPIN}"#
         )));
-    // Validity is counted from before the acquire was sent, which is after this instant: the
-    // assertion below is stricter than the truth by leasehold's start-up time.
-    let before_start = Instant::now();
     let running = Running::start(command);
     let pid: u32 = wait_for_file(&scratch.path("pid")).trim().parse().unwrap();
+    // The server's own deadline, read just before it stops: the key expires `pttl` after the
+    // read, which is after `before_pttl`, so the bound below is stricter than the truth. (A
+    // renewal that lands in between only moves the real expiry later.)
+    let before_pttl = Instant::now();
+    let pttl = server
+        .cmd(&["PTTL", &lease_key("r")])
+        .as_int()
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map(Duration::from_millis)
+        .expect("the lease is held");
     let paused = server.pause();
     let paused_at = Instant::now();
     let died_at = wait_until("the command to die", || is_dead(pid).then(Instant::now));
@@ -714,12 +789,13 @@ fn a_stopped_server_stops_the_command_before_validity_ends_70() {
         read(&scratch.path("signals")).contains("TERM"),
         "SIGTERM came first: {done:#?}"
     );
-    let validity_end = before_start + ttl - DriftBudget::default().for_ttl(ttl);
+    // Dead before anyone else could be granted the lease, with the drift budget to spare.
+    let expiry = before_pttl + pttl - DriftBudget::default().for_ttl(ttl);
     assert!(died_at > paused_at);
     assert!(
-        died_at < validity_end,
-        "the command died {:?} after validity ended",
-        died_at - validity_end
+        died_at < expiry,
+        "the command died {:?} after the lease could have been granted again",
+        died_at - expiry
     );
     assert!(done.stderr.contains("Unreachable"), "{done:#?}");
 }
