@@ -137,7 +137,8 @@ pub(crate) async fn supervise<B: LeaseBackend>(
         tokio::select! {
             // In this order, not at random: when the command's exit and the lease's end are
             // ready together, the lease's end wins. The work may have outlived the lease, so
-            // the answer is 70 every time, never a coin toss between 70 and the command's code.
+            // the answer is 70 every time, never a coin toss between 70 and the command's code
+            // (and see the exit branch for a lease's end no timer has reported yet).
             // No branch can starve another: the loss and backstop branches fire once, the
             // SIGKILL deadline once, and signals only when sent.
             biased;
@@ -154,6 +155,22 @@ pub(crate) async fn supervise<B: LeaseBackend>(
             () = sleep_until_or_never(stopping.kill_at) => stopping.kill(command),
             caught = signals.next() => command.signal(caught.signal()),
             exited = command.exited(), if status.is_none() => {
+                // The branches above come first, but a stall (SIGSTOP, a starved VM) can end
+                // with this task already queued: it then sees the exit, which is read from the
+                // process table on every poll, before the timer wheel has been turned to fire
+                // the backstop. So the lease itself is read too: seen at the exit, a loss or
+                // a validity down to the backstop is the lease's end, and it wins.
+                if !lease_lost
+                    && (kept.signal().is_lost()
+                        || kept.handle().remaining_validity() <= stop.backstop())
+                {
+                    lease_lost = true;
+                    let reason = kept
+                        .signal()
+                        .reason()
+                        .map_or_else(|| "validity about to end".to_owned(), |r| format!("{r:?}"));
+                    lost(command, kept, stop, &mut stopping, &reason);
+                }
                 if exited.is_err() {
                     // Lost track of it: whatever is running must not outlive the lease.
                     stopping.kill(command);
@@ -227,8 +244,8 @@ mod tests {
 
     use leasehold::sim::{Fault, SimBackend, SimServer};
     use leasehold::{
-        AcquireOutcome, LeaseClient, LossReason, OperationId, Purpose, ResourceDigest, TokioClock,
-        Watchdog,
+        AcquireOutcome, Clock, LeaseClient, LossReason, ManualClock, OperationId, Purpose,
+        ResourceDigest, TokioClock, Watchdog,
     };
 
     use super::*;
@@ -239,8 +256,10 @@ mod tests {
     /// A command whose exit the test decides, recording the signals its group gets and when.
     #[derive(Debug, Default)]
     struct Scripted {
-        /// Its exit status once it has exited; `None` runs until the test says otherwise.
+        /// Its exit status once it has exited; `None` runs until `exit` says otherwise.
         status: Option<ExitStatus>,
+        /// Its exit, when the test sends it.
+        exit: Option<tokio::sync::oneshot::Receiver<ExitStatus>>,
         /// What it left running in its group, if anything, and the signal that ends that
         /// (SIGKILL always does).
         leftovers_die_on: Option<Signal>,
@@ -281,10 +300,12 @@ mod tests {
     impl CommandGroup for Scripted {
         fn exited(&mut self) -> impl Future<Output = io::Result<ExitStatus>> {
             let status = self.status;
+            let exit = self.exit.as_mut();
             async move {
-                match status {
-                    Some(status) => Ok(status),
-                    None => std::future::pending().await,
+                match (status, exit) {
+                    (Some(status), _) => Ok(status),
+                    (None, Some(exit)) => exit.await.map_err(io::Error::other),
+                    (None, None) => std::future::pending().await,
                 }
             }
         }
@@ -311,7 +332,10 @@ mod tests {
     impl World {
         async fn new() -> Self {
             let clock = TokioClock::new();
-            let server = SimServer::with_clock(clock);
+            Self::on(SimServer::with_clock(clock), clock).await
+        }
+
+        async fn on(server: SimServer, clock: impl Clock) -> Self {
             let client = LeaseClient::new(server.connect(COMMAND_TIMEOUT)).with_clock(clock);
             let attempt = client
                 .new_attempt(OperationId::new("run").unwrap())
@@ -364,6 +388,36 @@ mod tests {
                 "round {round}"
             );
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_exit_seen_after_the_validity_ran_out_is_a_loss_before_any_timer_says_so() {
+        let mut signals = Signals::new().unwrap();
+        let stop = StopPolicy::new(TTL, Duration::from_secs(60));
+        let clock = ManualClock::new();
+        let world = World::on(SimServer::new(clock.clone()), clock.clone()).await;
+        // The keep-alive has taken the lease and armed its timers (which do not move either).
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        let (exit, exited) = tokio::sync::oneshot::channel();
+        let mut command = Scripted {
+            exit: Some(exited),
+            ..Scripted::default()
+        };
+        let (ended, ()) = tokio::join!(
+            supervise(&mut command, &world.kept, stop, &mut signals),
+            async {
+                // `supervise` has looked once and armed its timers. Now the lease's clock
+                // moves past the validity and tokio's timers do not know, as after a stall that
+                // ends with leasehold's task queued: it polls the command's exit (ready: it is
+                // read from the process table on every poll) before the timer wheel is turned.
+                clock.advance(TTL);
+                assert_eq!(world.kept.handle().remaining_validity(), Duration::ZERO);
+                exit.send(ExitStatus::from_raw(0)).unwrap();
+            }
+        );
+        assert!(ended.lease_lost, "{ended:?}");
     }
 
     #[tokio::test(start_paused = true)]
