@@ -116,7 +116,8 @@ Without --redis on the command line, starts its own redis-server (from LEASEHOLD
 PATH) on a free port in a temporary directory, and stops it at the end; LEASEHOLD_REDIS_URL is
 ignored, so the demo never writes to a server you did not name.
 
-Exit status: 0 the story ran, 69 no redis-server could be started or reached, 1 otherwise.";
+Exit status: 0 the story ran, 69 no redis-server could be started or reached, 2 usage error
+(a bad --redis URL), 1 otherwise.";
 
 /// `leasehold run`.
 #[derive(Debug, Args)]

@@ -58,7 +58,7 @@ If leasehold itself gets SIGHUP, SIGINT, SIGQUIT or SIGTERM before the command s
 gives up and exits with 128+N (129, 130, 131, 143).
 
 `inspect`: 0 (held or free), 69 Redis unavailable or no answer, 2 usage error.
-`demo`: 0, 69 no redis-server could be started or reached, 1 otherwise.
+`demo`: 0, 69 no redis-server could be started or reached, 2 usage error, 1 otherwise.
 
 Environment: LEASEHOLD_REDIS_URL (--redis), LEASEHOLD_NAMESPACE (--namespace),
 LEASEHOLD_REDIS_SERVER (the redis-server binary `demo` starts).";
