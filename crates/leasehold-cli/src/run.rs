@@ -119,7 +119,10 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
     let Ended { status, lease_lost } = supervise(&mut command, &kept, stop, &mut signals).await;
     report_release(kept.release().await);
     if lease_lost {
-        eprintln!("leasehold: the command was stopped because the lease was lost");
+        eprintln!(
+            "leasehold: the lease was lost while the command ran; its work may not have been \
+             covered by the lease"
+        );
         return exit::LEASE_LOST;
     }
     match status {

@@ -169,6 +169,7 @@ pub(crate) async fn supervise<B: LeaseBackend>(
                         .signal()
                         .reason()
                         .map_or_else(|| "validity about to end".to_owned(), |r| format!("{r:?}"));
+                    let reason = format!("{reason}, as the command exited");
                     lost(command, kept, stop, &mut stopping, &reason);
                 }
                 if exited.is_err() {
