@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::duration::parse_duration;
 use crate::exit;
 
 /// The default Redis URL.
@@ -86,11 +87,13 @@ its environment:
   LEASEHOLD_RESOURCE_DIGEST  the resource's digest (sha256:...), as stored in Redis
   LEASEHOLD_TTL_MS           the lease's TTL in milliseconds
 
-and renews the lease while the command runs. SIGINT and SIGTERM sent to leasehold are passed on
-to the command. If the lease is lost, or its validity is about to end because renewals fail,
+and renews the lease while the command runs. SIGHUP, SIGINT, SIGQUIT and SIGTERM sent to
+leasehold are passed on to the command. If the lease is lost, or its validity is about to end because renewals fail,
 leasehold sends SIGTERM to the command and SIGKILL after --grace, but never later than just
 before the lease's validity ends: the command is dead before anyone else can be granted the
-lease. When the command exits, the lease is released.
+lease. When the command exits, whatever it left running in its process group gets SIGTERM, and
+SIGKILL after --grace (capped the same way), while the lease is still kept; then the lease is
+released.
 
 The command runs in its own process group, and signals go to the whole group, so that stopping
 it also stops whatever it started. It is meant for non-interactive commands.";
@@ -113,7 +116,8 @@ Without --redis on the command line, starts its own redis-server (from LEASEHOLD
 PATH) on a free port in a temporary directory, and stops it at the end; LEASEHOLD_REDIS_URL is
 ignored, so the demo never writes to a server you did not name.
 
-Exit status: 0 the story ran, 69 no redis-server could be started or reached, 1 otherwise.";
+Exit status: 0 the story ran, 69 no redis-server could be started or reached, 2 usage error
+(a bad --redis URL), 1 otherwise.";
 
 /// `leasehold run`.
 #[derive(Debug, Args)]
@@ -134,7 +138,8 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_duration)]
     pub(crate) wait: Duration,
 
-    /// Time between SIGTERM and SIGKILL when the lease is lost (capped by what is left of it).
+    /// Time between SIGTERM and SIGKILL when the lease is lost, or for what the command leaves
+    /// running when it exits (capped by what is left of the lease).
     #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_duration)]
     pub(crate) grace: Duration,
 
@@ -159,11 +164,6 @@ pub(crate) struct InspectArgs {
     pub(crate) json: bool,
 }
 
-/// Parses a humantime duration (`500ms`, `2s`, `1m`, `1h 30m`).
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|e| format!("{e} (expected e.g. 500ms, 2s, 1m)"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,17 +172,6 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn durations_are_humantime() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
-        for bad in ["", "5", "5x", "-1s", "1.5.2s"] {
-            let message = parse_duration(bad).unwrap_err();
-            assert!(message.contains("expected e.g."), "{bad:?}: {message}");
-        }
     }
 
     #[test]

@@ -102,8 +102,8 @@ pub(crate) struct InspectConfig {
 /// `leasehold demo`, validated.
 #[derive(Debug)]
 pub(crate) struct DemoConfig {
-    /// The server named on the command line; `None` starts an ephemeral one.
-    pub(crate) url: Option<String>,
+    /// The server named on the command line, its URL checked; `None` starts an ephemeral one.
+    pub(crate) target: Option<Target>,
     pub(crate) settings: RedisSettings,
 }
 
@@ -119,7 +119,11 @@ impl Config {
             Command::Run(args) => run(&cli.redis, settings, args).map(Config::Run),
             Command::Inspect(args) => inspect(&cli.redis, settings, args).map(Config::Inspect),
             Command::Demo => Ok(Config::Demo(DemoConfig {
-                url: redis_on_command_line.then_some(cli.redis),
+                // Checked here like the other commands' URLs, so that a bad one is a usage
+                // error before the story starts, not a failure in the middle of it.
+                target: redis_on_command_line
+                    .then(|| Target::open(&cli.redis, settings.clone()))
+                    .transpose()?,
                 settings,
             })),
         }
@@ -321,10 +325,29 @@ mod tests {
         let Ok(Config::Demo(demo)) = Config::from_cli(cli(), false) else {
             panic!("not a demo");
         };
-        assert_eq!(demo.url, None);
+        assert!(demo.target.is_none());
         let Ok(Config::Demo(demo)) = Config::from_cli(cli(), true) else {
             panic!("not a demo");
         };
-        assert!(demo.url.is_some());
+        assert!(demo.target.is_some());
+    }
+
+    #[test]
+    fn the_demo_checks_a_typed_url_but_not_an_ignored_one() {
+        let cli = || {
+            Cli::try_parse_from(["leasehold", "--redis", "redis://:hun?ter2@h:x", "demo"]).unwrap()
+        };
+        match Config::from_cli(cli(), true) {
+            Err(ConfigError::Usage(m)) => {
+                assert!(m.contains("--redis"), "{m}");
+                assert!(!m.contains("ter2"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Not typed (from the environment): ignored, so not checked either.
+        assert!(matches!(
+            Config::from_cli(cli(), false),
+            Ok(Config::Demo(DemoConfig { target: None, .. }))
+        ));
     }
 }

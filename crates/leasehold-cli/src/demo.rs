@@ -13,15 +13,14 @@ use leasehold_redis::leasehold::{
     AcquireOutcome, FenceToken, InspectOutcome, LeaseRequest, OperationId, Purpose, ResourceDigest,
     Watchdog,
 };
-use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
+use leasehold_redis::{RedisBackend, RedisLeases};
 use rusqlite::{Connection, named_params};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::config::DemoConfig;
+use crate::duration::format_duration;
 use crate::exit;
 use crate::local_redis::{LocalRedis, StartError};
-use crate::redact::mask_url;
-use crate::run::format_duration;
 
 /// Prints a line to stdout, returning early with the error if stdout is gone.
 macro_rules! say {
@@ -65,10 +64,10 @@ pub(crate) async fn demo(config: DemoConfig) -> u8 {
 }
 
 async fn start_and_tell(config: DemoConfig) -> u8 {
-    let (url, origin, _server) = match config.url {
-        Some(url) => {
-            let origin = format!("{} (named with --redis)", mask_url(&url));
-            (url, origin, None)
+    let (backend, shown, origin, _server) = match config.target {
+        Some(target) => {
+            let origin = format!("{} (named with --redis)", target.shown);
+            (target.backend, target.shown, origin, None)
         }
         None => match LocalRedis::start().await {
             Ok(server) => {
@@ -78,7 +77,14 @@ async fn start_and_tell(config: DemoConfig) -> u8 {
                     server.version(),
                     server.port()
                 );
-                (server.url(), origin, Some(server))
+                let backend = match RedisBackend::open(&server.url(), config.settings) {
+                    Ok(backend) => backend,
+                    Err(e) => {
+                        eprintln!("leasehold: cannot use the local redis-server: {e}");
+                        return exit::FAILURE;
+                    }
+                };
+                (backend, server.url(), origin, Some(server))
             }
             Err(StartError::Missing(hint)) => {
                 eprintln!("leasehold: {hint}");
@@ -90,16 +96,35 @@ async fn start_and_tell(config: DemoConfig) -> u8 {
             }
         },
     };
-    match tell(&url, &origin, config.settings).await {
+    match tell(backend, &origin).await {
         Ok(()) => 0,
         // Piped into `head`, say: stop quietly, as a killed-by-SIGPIPE tool would.
         Err(e) if exit::is_broken_pipe(&e) => exit::BROKEN_PIPE,
-        Err(e) => {
-            eprintln!("leasehold: the demo failed: {e:#}");
-            exit::FAILURE
-        }
+        Err(e) => match e.downcast_ref::<Unreachable>() {
+            Some(unreachable) => {
+                eprintln!("leasehold: Redis at {shown} {unreachable}");
+                exit::UNAVAILABLE
+            }
+            None => {
+                eprintln!("leasehold: the demo failed: {e:#}");
+                exit::FAILURE
+            }
+        },
     }
 }
+
+/// The server gave no definite answer to the demo's first request: it cannot be reached (exit
+/// 69, as the help promises), which is not the story breaking (exit 1).
+#[derive(Debug)]
+struct Unreachable(String);
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unreachable {}
 
 fn request(client: &RedisLeases, worker: &str, ttl: Duration) -> anyhow::Result<LeaseRequest> {
     let attempt = client.new_attempt(OperationId::new(format!("demo-worker-{worker}"))?)?;
@@ -153,10 +178,10 @@ fn show_order(db: &Connection) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn tell(url: &str, origin: &str, settings: RedisSettings) -> anyhow::Result<()> {
+async fn tell(backend: RedisBackend, origin: &str) -> anyhow::Result<()> {
     say!("leasehold demo: a fencing token stops a stale writer\n");
     say!("Redis: {origin}");
-    let client = RedisBackend::open(url, settings)?.into_client();
+    let client = backend.into_client();
     let db = open_store()?;
     say!(
         "Store: SQLite in memory, table orders(id, status, fence); order {ORDER_ID} is 'new' \
@@ -169,6 +194,17 @@ async fn tell(url: &str, origin: &str, settings: RedisSettings) -> anyhow::Resul
     );
     let a = match client.try_acquire(&request(&client, "a", A_TTL)?).await {
         AcquireOutcome::Acquired(lease) => lease,
+        // The first request to the server: no definite answer means it cannot be reached.
+        AcquireOutcome::Unavailable(u) => {
+            return Err(Unreachable(format!("is unavailable: {u}")).into());
+        }
+        AcquireOutcome::Indeterminate { cause, .. } => {
+            return Err(Unreachable(format!(
+                "did not answer ({cause}); a grant to worker A may live for {}",
+                format_duration(A_TTL)
+            ))
+            .into());
+        }
         other => bail!("A was not granted the lease: {}", other.name()),
     };
     say!("   A holds fence {}.", a.fence());

@@ -49,15 +49,16 @@ Exit status of `run`:
   75       the lease was not acquired within --wait: another holder has it
   69       Redis unavailable, or the acquire's outcome stayed unknown, before the command
            started; the command was not started
-  70       the lease was lost while the command ran; the command was stopped
+  70       the lease was lost while the command (or what it left running) ran; it was
+           stopped
   126      the command could not be executed
   127      the command was not found
   2        usage error: a bad flag, duration or value; nothing was sent
-If leasehold itself gets SIGINT or SIGTERM before the command starts, it gives up and exits
-with 128+N (130, 143).
+If leasehold itself gets SIGHUP, SIGINT, SIGQUIT or SIGTERM before the command starts, it
+gives up and exits with 128+N (129, 130, 131, 143).
 
 `inspect`: 0 (held or free), 69 Redis unavailable or no answer, 2 usage error.
-`demo`: 0, 69 no redis-server could be started or reached, 1 otherwise.
+`demo`: 0, 69 no redis-server could be started or reached, 2 usage error, 1 otherwise.
 
 Environment: LEASEHOLD_REDIS_URL (--redis), LEASEHOLD_NAMESPACE (--namespace),
 LEASEHOLD_REDIS_SERVER (the redis-server binary `demo` starts).";
@@ -69,10 +70,12 @@ pub(crate) fn of_child(status: ExitStatus) -> u8 {
         // A process's exit code is already 0..=255 on Unix.
         return u8::try_from(code & 0xff).unwrap_or(FAILURE);
     }
-    match status.signal() {
-        Some(signal) => u8::try_from(128 + signal).unwrap_or(FAILURE),
-        None => FAILURE,
-    }
+    status.signal().map_or(FAILURE, of_signal)
+}
+
+/// The exit code that reports a process ended by signal `signal`: 128 + N, the shell's rule.
+pub(crate) fn of_signal(signal: i32) -> u8 {
+    u8::try_from(128 + signal).unwrap_or(FAILURE)
 }
 
 /// Converts to `ExitCode`.
@@ -94,6 +97,8 @@ mod tests {
         assert_eq!(of_child(ExitStatus::from_raw(15)), 143);
         assert_eq!(of_child(ExitStatus::from_raw(9)), 137);
         assert_eq!(of_child(ExitStatus::from_raw(2)), 130);
+        assert_eq!(of_signal(1), 129);
+        assert_eq!(of_signal(3), 131);
     }
 
     #[test]

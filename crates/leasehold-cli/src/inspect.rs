@@ -7,8 +7,8 @@ use leasehold_redis::leasehold::{InspectOutcome, LeaseView};
 use serde_json::{Value, json};
 
 use crate::config::InspectConfig;
+use crate::duration::format_duration;
 use crate::exit;
-use crate::run::format_duration;
 
 /// Runs `leasehold inspect` and returns its exit code.
 pub(crate) async fn inspect(config: InspectConfig) -> u8 {

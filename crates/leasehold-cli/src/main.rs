@@ -8,10 +8,11 @@
 //!
 //! - [`args`]: clap's view of the flags;
 //! - [`config`]: validation into what the commands act on;
-//! - [`run`]: acquire, supervise the command, release; [`stop`]: when and how it is stopped;
+//! - [`run`]: acquire, supervise the command, release; [`supervise`]: the command under the
+//!   lease; [`stop`]: when and how it is stopped; [`signals`]: the signals passed on;
 //! - [`inspect`]: who holds a lease;
 //! - [`demo`] and [`local_redis`]: the fencing story on an ephemeral redis-server;
-//! - [`redact`]: URLs fit to print.
+//! - [`redact`]: URLs fit to print; [`duration`]: durations in flags and messages.
 
 #![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
 #![forbid(unsafe_code)]
@@ -19,12 +20,15 @@
 mod args;
 mod config;
 mod demo;
+mod duration;
 mod exit;
 mod inspect;
 mod local_redis;
 mod redact;
 mod run;
+mod signals;
 mod stop;
+mod supervise;
 
 use std::process::ExitCode;
 

@@ -6,25 +6,32 @@ const MASK: &str = "***";
 /// Returns `url` with its credentials masked: the password (or a lone user part, which some
 /// deployments use as the password) and the values of query parameters that look secret.
 ///
-/// Conservative on purpose: everything before the *last* `@` ahead of the query is treated as
-/// credentials, so a password with an unescaped `@` or `/` is still masked whole. Text without
-/// a `scheme://` is not shown at all.
+/// Conservative on purpose: everything before the *last* `@` in the URL is treated as
+/// credentials, so a password with an unescaped `@`, `/`, `?` or `#` is still masked whole.
+/// The `@` is looked for before the query is split off, since a `?` or `#` in a password would
+/// otherwise be taken for the query's start and the password shown as host and query. An `@`
+/// in the query itself makes more of the URL masked, never less. Text without a `scheme://`
+/// is not shown at all.
 pub(crate) fn mask_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return "<not a URL: not shown>".to_owned();
     };
-    let (before_query, query) = match rest.find(['?', '#']) {
-        Some(at) => rest.split_at(at),
-        None => (rest, ""),
+    let (credentials, after) = match rest.rsplit_once('@') {
+        Some((userinfo, after)) => {
+            let masked = match userinfo.split_once(':') {
+                Some((user, _password)) => format!("{user}:{MASK}@"),
+                // A lone user part: some deployments use it as the password.
+                None => format!("{MASK}@"),
+            };
+            (masked, after)
+        }
+        None => (String::new(), rest),
     };
-    let location = match before_query.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{user}:{MASK}@{host}"),
-            None => format!("{MASK}@{host}"),
-        },
-        None => before_query.to_owned(),
+    let (location, query) = match after.find(['?', '#']) {
+        Some(at) => after.split_at(at),
+        None => (after, ""),
     };
-    format!("{scheme}://{location}{}", mask_query(query))
+    format!("{scheme}://{credentials}{location}{}", mask_query(query))
 }
 
 /// Masks the values of `pass`, `password`, `token`, `secret`… parameters in `?query#fragment`.
@@ -75,11 +82,22 @@ mod tests {
                 "redis://host?protocol=resp3&password=***#insecure",
             ),
             ("rediss://host#insecure", "rediss://host#insecure"),
+            // A `?` or `#` in the password does not start the query: the last `@` ends it.
+            ("redis://:se?cret@h", "redis://:***@h"),
+            ("redis://:se#cret@h", "redis://:***@h"),
+            (
+                "redis://a:se?cret@h:6379/0?db=1",
+                "redis://a:***@h:6379/0?db=1",
+            ),
+            ("redis://se#cret@h", "redis://***@h"),
+            // An `@` in the query is taken as the end of credentials: more is masked, never less.
+            ("redis://:p?w@h?user=a@b", "redis://:***@b"),
         ];
         for (url, shown) in cases {
             let masked = mask_url(url);
             assert_eq!(masked, shown, "{url}");
             assert!(!masked.contains("hunter2"), "{masked}");
+            assert!(!masked.contains("cret"), "{masked}");
         }
     }
 

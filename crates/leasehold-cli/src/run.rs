@@ -7,89 +7,37 @@
 //! 2. While it runs, the watchdog renews the lease. When the loss signal fires, or the
 //!    validity left falls to the backstop (should the signal be late), the command's process
 //!    group gets SIGTERM, then SIGKILL after the grace, capped so that the command is dead a
-//!    margin before the validity ends ([`StopPolicy`]).
-//! 3. The lease is released only after the command has exited.
+//!    margin before the validity ends ([`StopPolicy`](crate::stop::StopPolicy)); see
+//!    [`supervise`].
+//! 3. The lease is released only after the command has exited and nothing of its process
+//!    group is left (what it leaves running is stopped like a lost lease's command).
 
 use std::ffi::OsStr;
 use std::io;
-use std::process::ExitStatus;
 use std::time::Duration;
 
 use leasehold_redis::RedisBackend;
 use leasehold_redis::RedisLeases;
 use leasehold_redis::leasehold::{
-    AcquireOutcome, InspectOutcome, KeptLease, LeaseHandle, LeaseRequest, ReleaseOutcome, Watchdog,
+    AcquireOutcome, InspectOutcome, LeaseHandle, LeaseRequest, ReleaseOutcome, Watchdog,
 };
-use rustix::process::Signal;
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::config::RunConfig;
+use crate::duration::format_duration;
 use crate::exit;
-use crate::stop::{ProcessGroup, StopPolicy};
+use crate::signals::Signals;
+use crate::stop::{self, ProcessGroup};
+use crate::supervise::{Ended, Launched, supervise};
 
 /// How long an unknown acquire outcome is replayed before giving up (never past the TTL).
 const RESOLVE_BUDGET: Duration = Duration::from_secs(1);
-/// Pause between replays that found no connection, so a refused port is not hammered.
+/// Pause after every replay without a definite answer, so that a server that fails fast (a
+/// refused port, a script error) is not hammered in a tight loop until the budget is spent.
 const REPLAY_PAUSE: Duration = Duration::from_millis(50);
-/// How long cleanup after an interrupted acquire may take.
+/// How long each step of the cleanup after an interrupted acquire may take: waiting for the
+/// library's background cleanup, then finding and releasing this attempt's grant.
 const CLEANUP_BUDGET: Duration = Duration::from_secs(1);
-
-/// A signal leasehold passes on to the command (or gives up on, before the command starts).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Caught {
-    Interrupt,
-    Terminate,
-}
-
-impl Caught {
-    fn signal(self) -> Signal {
-        match self {
-            Caught::Interrupt => Signal::INT,
-            Caught::Terminate => Signal::TERM,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Caught::Interrupt => "SIGINT",
-            Caught::Terminate => "SIGTERM",
-        }
-    }
-
-    /// The exit code of a process ended by this signal.
-    fn exit_code(self) -> u8 {
-        match self {
-            Caught::Interrupt => 128 + 2,
-            Caught::Terminate => 128 + 15,
-        }
-    }
-}
-
-/// SIGINT and SIGTERM, caught from the start so that neither kills leasehold while it holds
-/// (or may hold) a lease.
-struct Signals {
-    interrupt: tokio::signal::unix::Signal,
-    terminate: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> io::Result<Self> {
-        Ok(Self {
-            interrupt: signal(SignalKind::interrupt())?,
-            terminate: signal(SignalKind::terminate())?,
-        })
-    }
-
-    /// Waits for the next one. Cancel safe.
-    async fn next(&mut self) -> Caught {
-        tokio::select! {
-            Some(()) = self.interrupt.recv() => Caught::Interrupt,
-            Some(()) = self.terminate.recv() => Caught::Terminate,
-            else => std::future::pending().await,
-        }
-    }
-}
 
 /// Runs `leasehold run` and returns its exit code.
 pub(crate) async fn run(config: RunConfig) -> u8 {
@@ -144,6 +92,7 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
         return exit::UNAVAILABLE;
     }
 
+    stop::become_subreaper();
     let mut child = match spawn(&program, &args, kept.handle()) {
         Ok(child) => child,
         Err(e) => {
@@ -164,16 +113,16 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
         report_release(kept.release().await);
         return exit::FAILURE;
     };
+    let mut command = Launched { child, group };
 
-    let (status, stopped) = supervise(&mut child, group, &kept, stop, &mut signals).await;
-    if stopped || status.is_err() {
-        // Whatever the command started and left behind (or a command we lost track of) must
-        // not outlive the lease.
-        group.signal(Signal::KILL);
-    }
+    // Returns once nothing of the command's group is left: only then may the lease go.
+    let Ended { status, lease_lost } = supervise(&mut command, &kept, stop, &mut signals).await;
     report_release(kept.release().await);
-    if stopped {
-        eprintln!("leasehold: the command was stopped because the lease was lost");
+    if lease_lost {
+        eprintln!(
+            "leasehold: the lease was lost while the command ran; its work may not have been \
+             covered by the lease"
+        );
         return exit::LEASE_LOST;
     }
     match status {
@@ -220,14 +169,14 @@ async fn resolve(
     while Instant::now() < deadline {
         match client.try_acquire(request).await {
             AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease) => return Ok(lease),
+            // An unknown outcome can come back as fast as a refusal (a script error, a reset
+            // connection): every answer that is not definite is followed by the pause.
             AcquireOutcome::Indeterminate { cause, .. } => last = cause.to_string(),
-            AcquireOutcome::Unavailable(u) => {
-                last = u.to_string();
-                tokio::time::sleep(REPLAY_PAUSE).await;
-            }
-            AcquireOutcome::Overloaded => tokio::time::sleep(REPLAY_PAUSE).await,
+            AcquireOutcome::Unavailable(u) => last = u.to_string(),
+            AcquireOutcome::Overloaded => last = "too many commands in flight".to_owned(),
             other => return Err(not_acquired(other, request, shown)),
         }
+        tokio::time::sleep_until((Instant::now() + REPLAY_PAUSE).min(deadline)).await;
     }
     eprintln!(
         "leasehold: the outcome is still unknown after {} ({last}); a grant may exist for this \
@@ -278,25 +227,74 @@ fn not_acquired(outcome: AcquireOutcome<RedisBackend>, request: &LeaseRequest, s
 }
 
 /// Cleans up after an acquire that was interrupted: a grant may exist for the attempt.
+///
+/// First the library's own cleanup: a waiting acquire that is dropped replays its attempt
+/// and releases what it finds in a background task, which the runtime's shutdown at exit
+/// would cut off half-way. Then, with the background quiet, this attempt's grant is looked
+/// for and released, retried at a pace until a definite answer or the budget's end. Anything
+/// short of "free", "held by another" or a confirmed release is reported.
 async fn abandon(client: &RedisLeases, request: &LeaseRequest) {
-    let cleanup = async {
-        // Read-only first: replaying when nothing is held would make a grant just to drop it.
-        let held = client
-            .inspect(
-                request.purpose(),
-                request.resource(),
-                Some(request.attempt()),
-            )
-            .await;
-        if matches!(held, InspectOutcome::Free | InspectOutcome::HeldByOther(_)) {
-            return;
+    if tokio::time::timeout(CLEANUP_BUDGET, client.settle())
+        .await
+        .is_err()
+    {
+        eprintln!(
+            "leasehold: the interrupted acquire's own cleanup did not finish within {}",
+            format_duration(CLEANUP_BUDGET)
+        );
+    }
+    let deadline = Instant::now() + CLEANUP_BUDGET;
+    let mut last = "no answer".to_owned();
+    let cleaned = tokio::time::timeout_at(deadline, async {
+        loop {
+            match release_this_attempt(client, request).await {
+                Ok(()) => return,
+                Err(why) => last = why,
+            }
+            tokio::time::sleep(REPLAY_PAUSE).await;
         }
-        if let Some(lease) = client.try_acquire(request).await.into_handle() {
-            report_release(lease.release().await);
-        }
+    })
+    .await;
+    if cleaned.is_err() {
+        eprintln!(
+            "leasehold: could not confirm that no grant is left ({last}); a grant may live until \
+             its TTL ({})",
+            format_duration(request.ttl())
+        );
+    }
+}
+
+/// Releases this attempt's grant if there is one. `Ok` means none is left for certain: the
+/// lease is free, held by another, or was released; `Err` says why that is not known.
+async fn release_this_attempt(client: &RedisLeases, request: &LeaseRequest) -> Result<(), String> {
+    // Read-only first: replaying when nothing is held would make a grant just to drop it.
+    match client
+        .inspect(
+            request.purpose(),
+            request.resource(),
+            Some(request.attempt()),
+        )
+        .await
+    {
+        InspectOutcome::Free | InspectOutcome::HeldByOther(_) => return Ok(()),
+        InspectOutcome::HeldByThisAttempt(_) => {}
+        InspectOutcome::Indeterminate(i) => return Err(i.to_string()),
+        InspectOutcome::Unavailable(u) => return Err(u.to_string()),
+        other => return Err(format!("{other:?}")),
+    }
+    let lease = match client.try_acquire(request).await {
+        AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease) => lease,
+        // Someone else's now: this attempt's grant expired in between.
+        AcquireOutcome::Contended(_) | AcquireOutcome::OwnerOperationConflict(_) => return Ok(()),
+        AcquireOutcome::Indeterminate { cause, .. } => return Err(cause.to_string()),
+        AcquireOutcome::Unavailable(u) => return Err(u.to_string()),
+        other => return Err(other.name().to_owned()),
     };
-    if tokio::time::timeout(CLEANUP_BUDGET, cleanup).await.is_err() {
-        eprintln!("leasehold: no answer while cleaning up; a grant may live until its TTL");
+    match lease.release().await {
+        ReleaseOutcome::Released | ReleaseOutcome::AlreadyGone | ReleaseOutcome::NotOwner => Ok(()),
+        ReleaseOutcome::Indeterminate(i) => Err(i.to_string()),
+        ReleaseOutcome::Unavailable(u) => Err(u.to_string()),
+        other => Err(format!("{other:?}")),
     }
 }
 
@@ -316,75 +314,6 @@ fn spawn(
         .spawn()
 }
 
-/// Waits for the command to exit, forwarding signals and stopping it when the lease is lost.
-/// Returns its status and whether leasehold stopped it.
-async fn supervise(
-    child: &mut tokio::process::Child,
-    group: ProcessGroup,
-    kept: &KeptLease<RedisBackend>,
-    stop: StopPolicy,
-    signals: &mut Signals,
-) -> (io::Result<ExitStatus>, bool) {
-    let mut stopped = false;
-    let mut kill_at: Option<Instant> = None;
-    loop {
-        // Woken when the validity left reaches the backstop unless a renewal extends it first;
-        // then it is read again.
-        let until_backstop = kept
-            .handle()
-            .remaining_validity()
-            .saturating_sub(stop.backstop());
-        tokio::select! {
-            status = child.wait() => return (status, stopped),
-            caught = signals.next() => group.signal(caught.signal()),
-            reason = kept.signal().lost(), if !stopped => {
-                stopped = true;
-                kill_at = begin_stop(group, kept, stop, &format!("{reason:?}"));
-            }
-            () = tokio::time::sleep(until_backstop), if !stopped => {
-                if kept.handle().remaining_validity() <= stop.backstop() {
-                    stopped = true;
-                    kill_at = begin_stop(group, kept, stop, "validity about to end");
-                }
-            }
-            () = sleep_until_or_never(kill_at) => {
-                group.signal(Signal::KILL);
-                kill_at = None;
-            }
-        }
-    }
-}
-
-/// Sends SIGTERM and returns when SIGKILL is due (`None`: sent already).
-fn begin_stop(
-    group: ProcessGroup,
-    kept: &KeptLease<RedisBackend>,
-    stop: StopPolicy,
-    reason: &str,
-) -> Option<Instant> {
-    let kill_after = stop.kill_after(kept.handle().remaining_validity());
-    let now = Instant::now();
-    eprintln!(
-        "leasehold: lease lost ({reason}); stopping the command: SIGTERM now, SIGKILL in {}",
-        format_duration(kill_after)
-    );
-    group.signal(Signal::TERM);
-    // A stopped process would hold SIGTERM pending until it is continued.
-    group.signal(Signal::CONT);
-    if kill_after.is_zero() {
-        group.signal(Signal::KILL);
-        return None;
-    }
-    Some(now + kill_after)
-}
-
-async fn sleep_until_or_never(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
-}
-
 fn report_release(outcome: ReleaseOutcome) {
     match outcome {
         ReleaseOutcome::Released | ReleaseOutcome::AlreadyGone => {}
@@ -402,11 +331,4 @@ fn report_release(outcome: ReleaseOutcome) {
             );
         }
     }
-}
-
-/// A duration for people: whole milliseconds (`1s 500ms`).
-pub(crate) fn format_duration(d: Duration) -> humantime::FormattedDuration {
-    humantime::format_duration(Duration::from_millis(
-        u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
-    ))
 }

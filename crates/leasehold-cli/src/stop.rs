@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use rustix::process::{Pid, Signal};
+use rustix::process::{Pid, Signal, WaitOptions};
 
 /// When to stop the command, for one lease.
 ///
@@ -63,6 +63,33 @@ impl ProcessGroup {
         match rustix::process::kill_process_group(self.0, signal) {
             Ok(()) | Err(rustix::io::Errno::SRCH) => {}
             Err(e) => eprintln!("leasehold: could not send {signal:?} to the command: {e}"),
+        }
+    }
+
+    /// Reaps the group's exited processes that are leasehold's children, and returns true if
+    /// and only if no process of the group is left.
+    ///
+    /// Call it only once the group's leader has been waited for: it would take the leader's
+    /// status from under `tokio::process`. A zombie still counts as a member, hence the reaping;
+    /// orphans of the group are leasehold's children because it is their subreaper
+    /// ([`become_subreaper`]).
+    pub(crate) fn is_empty(&self) -> bool {
+        while let Ok(Some(_)) = rustix::process::waitpgid(self.0, WaitOptions::NOHANG) {}
+        // Any other answer (EPERM: a member changed its user) means someone is still there.
+        rustix::process::test_kill_process_group(self.0) == Err(rustix::io::Errno::SRCH)
+    }
+}
+
+/// Makes leasehold the subreaper of what the command starts: a process whose parent exits is
+/// re-parented to leasehold instead of init, so that leasehold can reap it and see the
+/// command's group empty. (An init that does not reap, as in many containers, would otherwise
+/// leave zombies in the group, and leasehold would wait for them until its bound.)
+pub(crate) fn become_subreaper() {
+    #[cfg(target_os = "linux")]
+    {
+        // The argument is a flag: any pid sets it.
+        if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
+            eprintln!("leasehold: cannot reap what the command leaves behind: {e}");
         }
     }
 }

@@ -5,17 +5,19 @@
 //! per-test directory; the tests wait for those files (or for process states) with deadlines,
 //! never for a fixed time.
 
-use std::io::{BufRead as _, BufReader, Read as _};
-use std::net::{Ipv4Addr, TcpListener};
+use std::collections::BTreeSet;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use leasehold_redis::leasehold::{
     DriftBudget, LeaseHandle, OperationId, Purpose, ReleaseOutcome, ResourceDigest,
 };
 use leasehold_redis::{RedisBackend, RedisSettings};
-use test_support::{RedisServer, Reply};
+use test_support::{Fault, FaultProxy, RedisServer, Reply};
 
 const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -230,6 +232,15 @@ fn is_dead(pid: u32) -> bool {
     }
 }
 
+/// Returns true if and only if `pid` is stopped (by SIGSTOP).
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            == Some("T")
+    })
+}
+
 /// Counts the server's EVALSHA calls (every lease operation is one, NOSCRIPT refusals too), so
 /// that a test can wait until leasehold has tried once.
 struct EvalshaCounter<'s> {
@@ -247,6 +258,11 @@ fn evalsha_calls(server: &RedisServer) -> u64 {
 }
 
 impl EvalshaCounter<'_> {
+    /// Returns how many EVALSHA calls the server has seen since the counter was made.
+    fn count(&self) -> u64 {
+        evalsha_calls(self.server) - self.before
+    }
+
     fn wait_for_more(&self) {
         wait_until("leasehold's first try", || {
             (evalsha_calls(self.server) > self.before).then_some(())
@@ -393,6 +409,63 @@ fn a_command_that_cannot_be_found_is_127_and_the_lease_is_released() {
 }
 
 #[test]
+fn the_lease_is_renewed_while_the_command_runs() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let mut command = leasehold(&server.url());
+    // Four TTLs long: the command completes only if the lease is kept alive throughout.
+    command.args(["run", "r", "--ttl", "300ms", "--"]).args(
+        scratch.sh(r#"echo $LEASEHOLD_FENCE > "$D/fence"; sleep 1.2; touch "$D/done"; exit 5"#),
+    );
+    let running = Running::start(command);
+    let fence = wait_for_file(&scratch.path("fence")).trim().to_owned();
+    // Until the command is done, the key is there, held by the one grant (the stored value
+    // is `fence:token:operation`).
+    let mut samples = 0;
+    loop {
+        let done_before = scratch.path("done").exists();
+        let stored = server.cmd(&["GET", &lease_key("r")]).as_string();
+        if done_before {
+            break;
+        }
+        match stored {
+            Some(value) => {
+                assert_eq!(value.split(':').next(), Some(fence.as_str()), "{value}");
+                samples += 1;
+            }
+            // Released, which happens only once the command is done.
+            None => assert!(scratch.path("done").exists(), "the lease lapsed"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let done = running.finish();
+    done.assert_code(5);
+    assert!(samples >= 10, "{samples} samples: {done:#?}");
+    assert_eq!(fence, "1");
+    // Renewed, not re-acquired: the fence counter saw one grant.
+    assert_eq!(
+        server
+            .cmd(&["GET", &format!("{}:fence", lease_key("r"))])
+            .as_string(),
+        Some("1".into())
+    );
+}
+
+#[test]
+fn a_command_that_cannot_be_executed_is_126_and_the_lease_is_released() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let script = scratch.path("not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    let mut command = leasehold(&server.url());
+    command.args(["run", "r", "--"]).arg(&script);
+    let done = run_to_end(command);
+    done.assert_code(126);
+    assert!(done.stderr.contains("not-executable.sh"), "{done:#?}");
+    assert_eq!(inspect_json(&server, "r")["state"], "free");
+}
+
+#[test]
 fn after_the_command_exits_the_lease_is_free() {
     let server = RedisServer::start();
     let mut command = leasehold(&server.url());
@@ -401,6 +474,36 @@ fn after_the_command_exits_the_lease_is_free() {
     assert_eq!(server.cmd(&["EXISTS", &lease_key("r")]), Reply::Int(0));
     let json = inspect_json(&server, "r");
     assert_eq!(json["state"], "free", "{json}");
+}
+
+#[test]
+fn nothing_the_command_leaves_behind_outlives_the_lease() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    // A worker that ignores SIGTERM and writes with the fence until it is killed, started in
+    // the background by a command that exits at once.
+    std::fs::write(
+        scratch.path("worker.sh"),
+        r#"trap 'echo TERM >> "$D/signals"' TERM
+           echo $$ > "$D/worker"
+           i=0; while [ $i -lt 600 ]; do echo "$LEASEHOLD_FENCE" >> "$D/writes"; sleep 0.05; i=$((i+1)); done"#,
+    )
+    .unwrap();
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "r", "--grace", "300ms", "--"])
+        .args(scratch.sh(r#"D="$D" sh "$D/worker.sh" &
+               while [ ! -s "$D/writes" ]; do sleep 0.01; done
+               exit 0"#));
+    let done = run_to_end(command);
+    // The command's own code: it ran to completion, and the lease was kept meanwhile.
+    done.assert_code(0);
+    let worker: u32 = read(&scratch.path("worker")).trim().parse().unwrap();
+    // Gone before leasehold released the lease and exited: asked first, then killed.
+    assert!(is_dead(worker), "the worker outlived leasehold: {done:#?}");
+    assert_eq!(read(&scratch.path("signals")), "TERM\n", "{done:#?}");
+    assert!(done.stderr.contains("left processes"), "{done:#?}");
+    assert_eq!(server.cmd(&["EXISTS", &lease_key("r")]), Reply::Int(0));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -488,34 +591,77 @@ fn rediss_urls_are_understood() {
     run_to_end(command).assert_code(69);
 }
 
-/// Starts `run` on a resource the test holds for a moment, and stops (SIGSTOPs) the server
-/// once leasehold has tried once and is waiting: its next tries go out on a live connection
-/// and get no reply, so their outcome is unknown. (A server stopped before leasehold connects
-/// would be `Unavailable` instead: the connection handshake never completes, nothing is sent.)
-fn run_into_a_stopped_server<'s>(
+/// Holds back every write on the server (`CLIENT PAUSE … WRITE`) until resumed or dropped.
+///
+/// An acquire (a script that may write) reaches the server and waits there unanswered, so its
+/// outcome is unknown to leasehold, while connecting and reads (`inspect`, this harness's own
+/// queries) still work. When writes resume, the parked commands run in the order they came.
+/// Unlike stopping the server, nothing depends on when leasehold connects or tries.
+struct WritesPaused<'s> {
     server: &'s RedisServer,
-    scratch: &Scratch,
-    ttl: &str,
-) -> (Running, test_support::PauseGuard<'s>) {
-    let _held = Held::new(server, "r", Duration::from_secs(1));
-    let evalsha = || server.commandstats().get("evalsha").copied().unwrap_or(0);
-    let before = evalsha();
-    let mut command = leasehold(&server.url());
-    command
-        .args(["run", "r", "--wait", "1500ms", "--ttl", ttl, "--"])
-        .args(scratch.sh(r#"echo $LEASEHOLD_FENCE > "$D/ran""#));
-    let running = Running::start(command);
-    wait_until("leasehold's first try", || {
-        (evalsha() > before).then_some(())
-    });
-    (running, server.pause())
+    resumed: bool,
+}
+
+impl<'s> WritesPaused<'s> {
+    fn start(server: &'s RedisServer) -> Self {
+        // Scripts loaded before the pause, so that a parked try runs (and grants) when writes
+        // resume instead of coming back NOSCRIPT.
+        Held::new(server, "warm-up", Duration::from_secs(30)).release();
+        assert_eq!(
+            server.cmd(&["CLIENT", "PAUSE", "600000", "WRITE"]),
+            Reply::Status("OK".into())
+        );
+        Self {
+            server,
+            resumed: false,
+        }
+    }
+
+    /// Waits until a client's command is parked at the server.
+    fn wait_for_a_parked_command(&self) {
+        wait_until("a command parked by the pause", || {
+            let info = self
+                .server
+                .cmd(&["INFO", "clients"])
+                .as_string()
+                .unwrap_or_default();
+            info.lines()
+                .find_map(|l| l.strip_prefix("blocked_clients:"))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .is_some_and(|n| n > 0)
+                .then_some(())
+        });
+    }
+
+    fn resume(mut self) {
+        self.resume_once();
+    }
+
+    fn resume_once(&mut self) {
+        if !self.resumed {
+            self.resumed = true;
+            self.server.cmd(&["CLIENT", "UNPAUSE"]);
+        }
+    }
+}
+
+impl Drop for WritesPaused<'_> {
+    fn drop(&mut self) {
+        self.resume_once();
+    }
 }
 
 #[test]
 fn an_outcome_that_stays_unknown_is_69_and_the_command_never_starts() {
     let server = RedisServer::start();
     let scratch = Scratch::new();
-    let (running, _paused) = run_into_a_stopped_server(&server, &scratch, "1s");
+    let paused = WritesPaused::start(&server);
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "r", "--ttl", "1s", "--"])
+        .args(scratch.sh(r#"echo $LEASEHOLD_FENCE > "$D/ran""#));
+    let running = Running::start(command);
+    paused.wait_for_a_parked_command();
     let done = running.finish();
     done.assert_code(69);
     assert!(
@@ -530,15 +676,49 @@ fn an_outcome_that_stays_unknown_is_69_and_the_command_never_starts() {
 fn an_unknown_outcome_resolved_by_replay_starts_the_command_with_the_one_grant() {
     let server = RedisServer::start();
     let scratch = Scratch::new();
-    let (mut running, paused) = run_into_a_stopped_server(&server, &scratch, "2s");
+    let paused = WritesPaused::start(&server);
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "r", "--ttl", "2s", "--"])
+        .args(scratch.sh(r#"echo $LEASEHOLD_FENCE > "$D/ran""#));
+    let mut running = Running::start(command);
     running.wait_for_stderr("replaying the same attempt");
+    // The parked first try now runs and grants; the replays behind it find that grant.
     paused.resume();
     let done = running.finish();
     done.assert_code(0);
-    // The grant the unanswered tries made when the server woke (fence 2, after the test's 1).
-    // Had leasehold made a new attempt instead of replaying, that grant would have made it
-    // contended.
-    assert_eq!(read(&scratch.path("ran")), "2\n", "{done:#?}");
+    // Had leasehold made a new attempt instead of replaying, the first try's grant would have
+    // made it contended; the fence counter says there was one grant.
+    assert_eq!(read(&scratch.path("ran")), "1\n", "{done:#?}");
+    assert_eq!(
+        server
+            .cmd(&["GET", &format!("{}:fence", lease_key("r"))])
+            .as_string(),
+        Some("1".into())
+    );
+}
+
+#[test]
+fn unknown_outcomes_are_replayed_at_a_pace() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    // A fence counter that is not a number makes the acquire script fail at the server: an
+    // error after the script started is `Indeterminate` (it may have written), and it comes
+    // back at once, every time.
+    server.cmd(&["SET", &format!("{}:fence", lease_key("r")), "not-a-number"]);
+    let tries = evalsha_counter(&server);
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "r", "--ttl", "1s", "--"])
+        .args(scratch.sh("touch \"$D/ran\""));
+    let done = run_to_end(command);
+    done.assert_code(69);
+    assert!(done.stderr.contains("still unknown"), "{done:#?}");
+    assert!(!scratch.path("ran").exists(), "the command ran");
+    // One try, then replays for at most 1 s with a 50 ms pause after each: about 21. Without
+    // the pause there are thousands.
+    let made = tries.count();
+    assert!((2..=30).contains(&made), "{made} tries: {done:#?}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -549,24 +729,35 @@ fn a_lease_lost_to_another_stops_the_command_70() {
     let server = RedisServer::start();
     let scratch = Scratch::new();
     let mut command = leasehold(&server.url());
+    // A command that outlives SIGTERM, and a grace of a minute: a lease found lost outright has
+    // no validity left, so SIGKILL must follow SIGTERM at once (D17), not after the grace.
     command
-        .args(["run", "r", "--ttl", "1s", "--"])
-        .args(scratch.sh(&format!("echo started > \"$D/started\"; {SPIN}")));
+        .args(["run", "r", "--ttl", "1s", "--grace", "1m", "--"])
+        .args(scratch.sh(&format!(
+            r#"trap 'echo TERM >> "$D/signals"' TERM
+               echo $$ > "$D/pid"
+               {SPIN}"#
+        )));
     let running = Running::start(command);
-    wait_for_file(&scratch.path("started"));
-    // Someone deletes the key: the next renewal finds it gone.
+    let pid: u32 = wait_for_file(&scratch.path("pid")).trim().parse().unwrap();
+    // Someone deletes the key: the next renewal (a third of the TTL away) finds it gone.
+    let deleted_at = Instant::now();
     assert_eq!(server.cmd(&["DEL", &lease_key("r")]), Reply::Int(1));
+    let died_at = wait_until("the command to die", || is_dead(pid).then(Instant::now));
     let done = running.finish();
     done.assert_code(70);
     assert!(done.stderr.contains("LostToAnother"), "{done:#?}");
+    assert!(
+        died_at - deleted_at < Duration::from_secs(5),
+        "the command lived {:?} after the loss",
+        died_at - deleted_at
+    );
 }
 
 #[test]
 fn a_stopped_server_stops_the_command_before_validity_ends_70() {
     let server = RedisServer::start();
     let scratch = Scratch::new();
-    // Long enough that the stop margin (TTL / 20 = 200 ms) dwarfs leasehold's start-up time,
-    // which this test must count against it (see `before_start`).
     let ttl = Duration::from_secs(4);
     let mut command = leasehold(&server.url());
     // A long grace and a command that ignores SIGTERM: only the cap can stop it in time.
@@ -577,11 +768,18 @@ fn a_stopped_server_stops_the_command_before_validity_ends_70() {
                echo $$ > "$D/pid"
                {SPIN}"#
         )));
-    // Validity is counted from before the acquire was sent, which is after this instant: the
-    // assertion below is stricter than the truth by leasehold's start-up time.
-    let before_start = Instant::now();
     let running = Running::start(command);
     let pid: u32 = wait_for_file(&scratch.path("pid")).trim().parse().unwrap();
+    // The server's own deadline, read just before it stops: the key expires `pttl` after the
+    // read, which is after `before_pttl`, so the bound below is stricter than the truth. (A
+    // renewal that lands in between only moves the real expiry later.)
+    let before_pttl = Instant::now();
+    let pttl = server
+        .cmd(&["PTTL", &lease_key("r")])
+        .as_int()
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map(Duration::from_millis)
+        .expect("the lease is held");
     let paused = server.pause();
     let paused_at = Instant::now();
     let died_at = wait_until("the command to die", || is_dead(pid).then(Instant::now));
@@ -593,14 +791,44 @@ fn a_stopped_server_stops_the_command_before_validity_ends_70() {
         read(&scratch.path("signals")).contains("TERM"),
         "SIGTERM came first: {done:#?}"
     );
-    let validity_end = before_start + ttl - DriftBudget::default().for_ttl(ttl);
+    // Dead before anyone else could be granted the lease, with the drift budget to spare.
+    let expiry = before_pttl + pttl - DriftBudget::default().for_ttl(ttl);
     assert!(died_at > paused_at);
     assert!(
-        died_at < validity_end,
-        "the command died {:?} after validity ended",
-        died_at - validity_end
+        died_at < expiry,
+        "the command died {:?} after the lease could have been granted again",
+        died_at - expiry
     );
     assert!(done.stderr.contains("Unreachable"), "{done:#?}");
+}
+
+#[test]
+fn a_command_that_exits_while_leasehold_stalls_past_the_lease_is_70() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "r", "--ttl", "300ms", "--"])
+        .args(scratch.sh(r#"echo $$ > "$D/pid"
+               i=0; while [ ! -e "$D/go" ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done
+               exit 0"#));
+    let running = Running::start(command);
+    let pid: u32 = wait_for_file(&scratch.path("pid")).trim().parse().unwrap();
+    // leasehold stalls (a long GC pause, a starved VM); meanwhile the command finishes and the
+    // lease runs out at the server.
+    send(running.pid(), rustix::process::Signal::STOP);
+    wait_until("leasehold to stop", || {
+        is_stopped(running.pid()).then_some(())
+    });
+    std::fs::write(scratch.path("go"), "").unwrap();
+    wait_until("the command to exit", || is_dead(pid).then_some(()));
+    wait_until("the lease to expire at the server", || {
+        (server.cmd(&["EXISTS", &lease_key("r")]) == Reply::Int(0)).then_some(())
+    });
+    send(running.pid(), rustix::process::Signal::CONT);
+    // When leasehold looks again, the exit and the end of the lease are both there: the work
+    // may have outlived the lease.
+    running.finish().assert_code(70);
 }
 
 #[test]
@@ -628,25 +856,127 @@ fn sigint_and_sigterm_are_passed_on_to_the_command() {
 }
 
 #[test]
-fn interrupted_while_waiting_is_130_and_leaves_no_grant() {
+fn sighup_and_sigquit_are_passed_on_to_the_command() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let mut command = leasehold(&server.url());
+    command.args(["run", "r", "--"]).args(scratch.sh(&format!(
+        r#"trap 'echo HUP >> "$D/signals"' HUP
+           trap 'echo QUIT >> "$D/signals"; exit 9' QUIT
+           echo started > "$D/started"
+           {SPIN}"#
+    )));
+    let running = Running::start(command);
+    wait_for_file(&scratch.path("started"));
+    // A closed terminal: leasehold must neither die of it nor leave the command running
+    // without a lease.
+    send(running.pid(), rustix::process::Signal::HUP);
+    wait_until("the command to report SIGHUP", || {
+        read(&scratch.path("signals")).contains("HUP").then_some(())
+    });
+    send(running.pid(), rustix::process::Signal::QUIT);
+    let done = running.finish();
+    done.assert_code(9);
+    assert_eq!(read(&scratch.path("signals")), "HUP\nQUIT\n");
+    assert_eq!(server.cmd(&["EXISTS", &lease_key("r")]), Reply::Int(0));
+}
+
+#[test]
+fn a_signal_while_waiting_gives_128_plus_n_and_leaves_no_grant() {
+    use rustix::process::Signal;
     let server = RedisServer::start();
     let scratch = Scratch::new();
     let held = Held::new(&server, "r", Duration::from_secs(30));
-    let first_try = evalsha_counter(&server);
-    let mut command = leasehold(&server.url());
+    for (signal, code, name) in [
+        (Signal::INT, 130, "SIGINT"),
+        (Signal::TERM, 143, "SIGTERM"),
+        (Signal::HUP, 129, "SIGHUP"),
+        (Signal::QUIT, 131, "SIGQUIT"),
+    ] {
+        let first_try = evalsha_counter(&server);
+        let mut command = leasehold(&server.url());
+        command
+            .args(["run", "r", "--wait", "20s", "--"])
+            .args(scratch.sh("touch \"$D/ran\""));
+        let running = Running::start(command);
+        // Waiting: tried once, contended, and asleep until the holder's TTL or a release notice.
+        first_try.wait_for_more();
+        send(running.pid(), signal);
+        let done = running.finish();
+        done.assert_code(code);
+        assert!(
+            done.stderr
+                .contains(&format!("{name} before the command started")),
+            "{done:#?}"
+        );
+        assert!(!scratch.path("ran").exists(), "the command ran");
+        // The test's lease is untouched.
+        let json = inspect_json(&server, "r");
+        assert_eq!(json["fence"], held.lease().fence().get(), "{json}");
+    }
+}
+
+/// Starts `run --wait` through a proxy and interrupts it while its acquire's outcome is unknown
+/// to it but a grant exists: the try reaches the server, which grants it, and the reply is held
+/// back. Returns the running leasehold once it has said it is giving up.
+fn interrupt_while_a_grant_is_unknown(
+    server: &RedisServer,
+    proxy: &FaultProxy,
+    scratch: &Scratch,
+) -> Running {
+    let paused = WritesPaused::start(server);
+    let mut command = leasehold(&proxy.url());
     command
-        .args(["run", "r", "--wait", "20s", "--"])
+        .args(["run", "r", "--wait", "20s", "--ttl", "5s", "--"])
         .args(scratch.sh("touch \"$D/ran\""));
-    let running = Running::start(command);
-    // Waiting: tried once, contended, and asleep until the holder's TTL or a release notice.
-    first_try.wait_for_more();
+    let mut running = Running::start(command);
+    // Connected, and its try waits at the server; from now on no reply gets through.
+    paused.wait_for_a_parked_command();
+    proxy.to_client(Fault::Hold);
+    paused.resume();
+    wait_until("the grant leasehold does not know of", || {
+        (server.cmd(&["EXISTS", &lease_key("r")]) == Reply::Int(1)).then_some(())
+    });
     send(running.pid(), rustix::process::Signal::INT);
+    running.wait_for_stderr("SIGINT before the command started");
+    running
+}
+
+#[test]
+fn interrupted_while_the_outcome_is_unknown_releases_the_grant() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let scratch = Scratch::new();
+    let running = interrupt_while_a_grant_is_unknown(&server, &proxy, &scratch);
+    // Replies come back after longer than two command timeouts (200 ms each at this TTL),
+    // well inside the cleanup budget.
+    std::thread::sleep(Duration::from_millis(600));
+    proxy.to_client(Fault::Pass);
     let done = running.finish();
     done.assert_code(130);
     assert!(!scratch.path("ran").exists(), "the command ran");
-    // The test's lease is untouched.
-    let json = inspect_json(&server, "r");
-    assert_eq!(json["fence"], held.lease().fence().get(), "{json}");
+    assert_eq!(
+        server.cmd(&["EXISTS", &lease_key("r")]),
+        Reply::Int(0),
+        "the grant was left behind: {done:#?}"
+    );
+    assert!(!done.stderr.contains("may live"), "{done:#?}");
+}
+
+#[test]
+fn interrupted_while_the_outcome_stays_unknown_says_a_grant_may_live() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let scratch = Scratch::new();
+    let running = interrupt_while_a_grant_is_unknown(&server, &proxy, &scratch);
+    // No reply gets through before leasehold gives up.
+    let done = running.finish();
+    done.assert_code(130);
+    assert!(!scratch.path("ran").exists(), "the command ran");
+    assert!(
+        done.stderr.contains("a grant may live until its TTL"),
+        "{done:#?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -691,49 +1021,143 @@ fn inspect_reports_held_and_free_in_one_json_shape() {
 // ---------------------------------------------------------------------------------------------
 // privacy
 
+/// Every command the server runs, in order, as `MONITOR` reports it on a raw connection:
+/// keys, arguments, channels, and the commands the scripts run.
+struct Monitor {
+    stream: TcpStream,
+    lines: Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Monitor {
+    fn start(server: &RedisServer) -> Self {
+        let stream = TcpStream::connect(server.addr()).expect("connects");
+        (&stream).write_all(b"MONITOR\r\n").expect("sent");
+        let mut reader = BufReader::new(stream.try_clone().expect("a second handle"));
+        let mut ok = String::new();
+        reader.read_line(&mut ok).expect("a reply");
+        assert_eq!(ok, "+OK\r\n");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&lines);
+        let reader = std::thread::spawn(move || {
+            for line in reader.lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Self {
+            stream,
+            lines,
+            reader: Some(reader),
+        }
+    }
+
+    /// Returns every command the server has run so far: a marker sent now comes after them.
+    fn seen(&self, server: &RedisServer) -> Vec<String> {
+        let marker = format!("end-of-test-{}", std::process::id());
+        server.cmd(&["ECHO", &marker]);
+        wait_until("the marker in MONITOR", || {
+            let lines = self.lines.lock().unwrap();
+            lines
+                .iter()
+                .any(|l| l.contains(&marker))
+                .then(|| lines.clone())
+        })
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+/// The owner tokens in MONITOR lines: quoted arguments of 32 Base64URL characters (24 bytes).
+fn tokens_in(lines: &[String]) -> BTreeSet<String> {
+    lines
+        .iter()
+        .flat_map(|line| line.split('"').skip(1).step_by(2))
+        // Inside scripts the stored value `fence:token:operation` goes by too.
+        .flat_map(|arg| arg.split(':'))
+        .filter(|part| {
+            part.len() == 32
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
 #[test]
 fn the_raw_resource_name_never_reaches_redis_and_no_token_is_printed() {
     let server = RedisServer::start();
+    let monitor = Monitor::start(&server);
     let scratch = Scratch::new();
     let name = "customer-8812-private-name";
+    let mut outputs: Vec<Finished> = Vec::new();
+
+    // A holder, and while it holds: inspect both ways, and a run that waits on it (it watches
+    // the release channel) and gives up, printing the holder it met.
     let mut command = leasehold(&server.url());
     command
         .args(["run", name, "--"])
         .args(scratch.sh(r#"echo started > "$D/started"
            i=0; while [ ! -e "$D/go" ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done"#));
-    let running = Running::start(command);
+    let holder = Running::start(command);
     wait_for_file(&scratch.path("started"));
+    for argv in [&["inspect", name][..], &["inspect", name, "--json"]] {
+        let mut command = leasehold(&server.url());
+        command.args(argv);
+        outputs.push(run_to_end(command));
+    }
+    let mut command = leasehold(&server.url());
+    command.args(["run", name, "--wait", "300ms", "--", "true"]);
+    outputs.push(run_to_end(command));
+    std::fs::write(scratch.path("go"), "").unwrap();
+    outputs.push(holder.finish());
+    // Free again: a run of its own, and the demo on this server.
+    let mut command = leasehold(&server.url());
+    command.args(["run", name, "--", "true"]);
+    outputs.push(run_to_end(command));
+    let mut command = leasehold(&server.url());
+    command.arg("demo");
+    outputs.push(run_to_end(command));
 
-    let keys = server.keys();
-    assert!(keys.contains(&lease_key(name)), "{keys:?}");
+    let codes: Vec<i32> = outputs.iter().map(Finished::code).collect();
+    assert_eq!(codes, [0, 0, 75, 0, 0, 0], "{outputs:#?}");
+    // What the outputs say about the holder is its fingerprint.
+    assert!(outputs[0].stdout.contains("held by "), "{outputs:#?}");
+    assert!(outputs[2].stderr.contains("held by "), "{outputs:#?}");
+
+    let seen = monitor.seen(&server);
     let digest = ResourceDigest::of(name);
     let digest_hex = &digest.as_str()["sha256:".len()..];
-    let mut seen = Vec::new();
-    for key in &keys {
-        assert!(!key.contains(name), "{key}");
-        assert!(key.contains(digest_hex), "{key}");
-        if let Some(value) = server.cmd(&["GET", key]).as_string() {
-            seen.push(value);
+    assert!(
+        seen.iter().any(|l| l.contains(digest_hex)),
+        "nothing about the resource was seen: {seen:#?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|l| l.to_ascii_uppercase().contains("SUBSCRIBE")),
+        "the waiting run's channel was not seen: {seen:#?}"
+    );
+    for line in &seen {
+        assert!(!line.contains(name), "{line}");
+    }
+    // Four runs' attempts and the demo's two workers.
+    let tokens = tokens_in(&seen);
+    assert!(tokens.len() >= 5, "{tokens:?}");
+    for done in &outputs {
+        for token in &tokens {
+            assert!(
+                !done.stdout.contains(token.as_str()) && !done.stderr.contains(token.as_str()),
+                "a token was printed: {done:#?}"
+            );
         }
     }
-    seen.extend(match server.cmd(&["PUBSUB", "CHANNELS"]) {
-        Reply::Array(Some(channels)) => channels.iter().filter_map(Reply::as_string).collect(),
-        _ => Vec::new(),
-    });
-    for text in &seen {
-        assert!(!text.contains(name), "{text}");
-    }
-    // The stored value is `fence:token:operation`: the token must never be printed.
-    let stored = server
-        .cmd(&["GET", &lease_key(name)])
-        .as_string()
-        .expect("held");
-    let token = stored.split(':').nth(1).expect("a token").to_owned();
-
-    std::fs::write(scratch.path("go"), "").unwrap();
-    let done = running.finish();
-    done.assert_code(0);
-    assert!(!done.stdout.contains(&token) && !done.stderr.contains(&token));
     for key in server.keys() {
         assert!(!key.contains(name), "{key}");
     }
@@ -786,37 +1210,80 @@ fn bad_flags_and_durations_are_usage_errors_2_before_any_io() {
         assert!(done.stderr.contains(needle), "{argv:?}: {done:#?}");
     }
 
-    // A bad URL is a usage error too, and its password is not echoed.
-    let mut command = leasehold("redis://:hunter2@127.0.0.1:notaport");
-    command.args(["inspect", "r"]);
-    let done = run_to_end(command);
-    done.assert_code(2);
-    assert!(done.stderr.contains("--redis"), "{done:#?}");
-    assert!(!done.stderr.contains("hunter2"), "{done:#?}");
+    // A bad URL is a usage error too, and its password is not echoed, whatever it holds.
+    for url in [
+        "redis://:hunter2@127.0.0.1:notaport",
+        "redis://:hun?ter2@127.0.0.1:notaport",
+        "redis://:hun#ter2@127.0.0.1:notaport",
+        "redis://:hun?ter2@127.0.0.1:6379",
+        "redis://:hun#ter2@127.0.0.1:6379",
+    ] {
+        for argv in [
+            &["inspect", "r"][..],
+            &["run", "r", "--", "true"],
+            &["demo"],
+        ] {
+            let mut command = leasehold(url);
+            command.args(argv);
+            let done = run_to_end(command);
+            done.assert_code(2);
+            // Reported before anything is done: the demo has not begun its story.
+            assert!(done.stdout.is_empty(), "{url} {argv:?}: {done:#?}");
+            assert!(done.stderr.contains("--redis"), "{url} {argv:?}: {done:#?}");
+            for secret in ["hunter2", "hun?ter2", "hun#ter2", "ter2"] {
+                assert!(
+                    !done.stderr.contains(secret) && !done.stdout.contains(secret),
+                    "{url} {argv:?}: {done:#?}"
+                );
+            }
+        }
+    }
 }
 
 #[test]
 fn help_documents_the_exit_codes_and_never_shows_the_url_variable() {
-    let mut command = leasehold(&dead_url());
-    command
-        .env(
-            "LEASEHOLD_REDIS_URL",
-            "redis://:hunter2@example.invalid:6379",
-        )
-        .args(["run", "--help"]);
-    let done = run_to_end(command);
-    done.assert_code(0);
+    let help = |argv: &[&str]| {
+        let mut command = leasehold(&dead_url());
+        command
+            .env(
+                "LEASEHOLD_REDIS_URL",
+                "redis://:hunter2@example.invalid:6379",
+            )
+            .args(argv);
+        let done = run_to_end(command);
+        done.assert_code(0);
+        assert!(!done.stdout.contains("hunter2"), "{argv:?}: {done:#?}");
+        done
+    };
+    let top = help(&["--help"]);
+    for needle in [
+        "75",
+        "69",
+        "70",
+        "128+N",
+        "LEASEHOLD_REDIS_URL",
+        "LEASEHOLD_NAMESPACE",
+        "run",
+        "inspect",
+        "demo",
+    ] {
+        assert!(top.stdout.contains(needle), "--help: {needle}: {top:#?}");
+    }
+    let run = help(&["run", "--help"]);
     for needle in [
         "75",
         "69",
         "70",
         "128+N",
         "LEASEHOLD_FENCE",
+        "LEASEHOLD_RESOURCE_DIGEST",
         "LEASEHOLD_TTL_MS",
     ] {
-        assert!(done.stdout.contains(needle), "{needle}: {done:#?}");
+        assert!(
+            run.stdout.contains(needle),
+            "run --help: {needle}: {run:#?}"
+        );
     }
-    assert!(!done.stdout.contains("hunter2"), "{done:#?}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -843,6 +1310,47 @@ fn the_demo_tells_the_story_and_rejects_the_stale_write() {
     ] {
         assert!(done.stdout.contains(needle), "{needle}: {done:#?}");
     }
+}
+
+#[test]
+fn the_demo_runs_on_a_server_named_with_redis() {
+    let server = RedisServer::start();
+    let mut command = leasehold(&server.url());
+    // Would be used instead of starting one, were --redis not typed.
+    command
+        .env("LEASEHOLD_REDIS_SERVER", "/nonexistent/redis-server")
+        .arg("demo");
+    let done = run_to_end(command);
+    done.assert_code(0);
+    for needle in [
+        "(named with --redis)",
+        "A holds fence 1",
+        "B acquires: fence 2",
+        "0 rows changed: the stale write was REJECTED",
+    ] {
+        assert!(done.stdout.contains(needle), "{needle}: {done:#?}");
+    }
+    assert!(!done.stdout.contains("ephemeral"), "{done:#?}");
+    // The story ran on this server: its fence counter is the demo's.
+    let digest = ResourceDigest::of("orders/42");
+    let fence_key = format!("leasehold:lease:v1:demo:{{{}}}:fence", digest.as_str());
+    assert_eq!(
+        server.cmd(&["GET", &fence_key]).as_string(),
+        Some("2".into())
+    );
+}
+
+#[test]
+fn the_demo_against_an_unreachable_server_is_69() {
+    let url = format!("redis://:hunter2@127.0.0.1:{}", dead_port());
+    let mut command = leasehold(&url);
+    command.arg("demo");
+    let done = run_to_end(command);
+    done.assert_code(69);
+    assert!(done.stderr.contains("unavailable"), "{done:#?}");
+    assert!(done.stderr.contains("redis://:***@127.0.0.1:"), "{done:#?}");
+    assert!(!done.stderr.contains("hunter2"), "{done:#?}");
+    assert!(!done.stderr.contains("the demo failed"), "{done:#?}");
 }
 
 #[test]
