@@ -60,9 +60,6 @@ fn main() -> ExitCode {
             return exit::code(exit::FAILURE);
         }
     };
-    // rediss:// needs a TLS crypto provider; ring is the one compiled in. An error only means
-    // one is installed already.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
