@@ -15,21 +15,20 @@
 //! slot in a timer wheel ([`DelayQueue`]), not a task. The slot holds the next instant that
 //! matters to the lease:
 //!
-//! - while it waits, the earlier of its next renewal (a cadence after the last confirmation,
-//!   or a retry interval — cadence / 4 — after a failed renewal) and its *margin point*, the
-//!   instant its remaining validity falls to the margin;
-//! - while a renewal is due (queued for a send slot, or being sent), the instant at which the
-//!   signal must fire if no confirmation has come by then: the margin point.
+//! - while it waits, its next renewal: a cadence after the last confirmation, or a retry
+//!   interval (cadence / 4) after a failed renewal — but never later than a retry interval
+//!   before its *margin point*, the instant its remaining validity falls to the margin, so
+//!   that every renewal has at least that long to be answered before the signal would fire;
+//! - while a renewal is due (queued for a send slot, or being sent), the margin point, set
+//!   once when the renewal comes due.
 //!
 //! So the signal fires at the margin point when the last renewal failed, and also when a
-//! renewal is still unanswered then, without waiting for the backend to give up. One grace: a
-//! first attempt after a confirmation is always given a retry interval to be answered, even if
-//! that reaches past the margin point (but never past the end of validity). Renewals at the
-//! cadence are sent long before the margin point, so this only matters for one that comes due
-//! close to it — a lease kept late in its life, a runtime that was starved, a cadence that
-//! reaches past the margin point — which would otherwise be given up on before it could be
-//! answered. A retry after a failure gets no grace. A lease found with no validity left at all
-//! gets no renewal: the signal fires at once, [`LossReason::Expired`].
+//! renewal is still queued or unanswered then, without waiting for the backend to give up. A
+//! task that wakes past the margin point (a starved runtime) fires the signal at once, and so
+//! does a lease kept with no more than the margin left: nothing sent then could be confirmed
+//! in time. After a failure, a retry follows a retry interval later, as long as it can still
+//! be sent a retry interval before the margin point; after that the signal waits for the
+//! margin point. A lease found with no validity left at all fires [`LossReason::Expired`].
 //!
 //! Due renewals are sent concurrently, at most [`KeepAliveSettings::with_max_in_flight`] at
 //! once and the rest in the order they came due, so that they pipeline over the backend's
@@ -221,17 +220,22 @@ impl KeepAliveSettings {
         (self.cadence(ttl) / 4).max(Duration::from_millis(1))
     }
 
-    /// How long, with `remaining` validity, the signal waits for a due renewal to be
-    /// confirmed: until the margin point. A first attempt after a confirmation gets at least a
-    /// retry interval even if that reaches past the margin point (it may have come due just
-    /// before it: a lease kept late, a starved runtime), but never past the end of validity;
-    /// a retry after a failure gets no such grace.
-    fn patience(&self, ttl: Duration, remaining: Duration, failing: bool) -> Duration {
+    /// How long from now, with `remaining` validity, the next renewal is due: a cadence
+    /// after a confirmation, a retry interval after a failure, but never later than a retry
+    /// interval before the margin point, so that the reply is due before the signal would
+    /// fire. After a failure with no retry interval left before the margin point, no retry
+    /// could be answered in time: the wait is then to the margin point, where the signal fires.
+    fn next_renewal(&self, ttl: Duration, remaining: Duration, failing: bool) -> Duration {
+        let retry = self.retry(ttl);
         let to_margin = remaining.saturating_sub(self.margin(ttl));
-        if failing {
-            to_margin
+        let latest = to_margin.saturating_sub(retry);
+        if !failing {
+            self.cadence(ttl).min(latest)
+        } else if to_margin > retry {
+            retry.min(latest)
         } else {
-            to_margin.max(self.retry(ttl)).min(remaining)
+            // Also what keeps a backend that fails at once from being retried in a tight loop.
+            to_margin
         }
     }
 }
@@ -385,8 +389,9 @@ impl Watchdog {
         &self.settings
     }
 
-    /// Starts keeping `handle` alive. The first renewal is due a cadence from now, or at once
-    /// if the handle's remaining validity is already down to the margin.
+    /// Starts keeping `handle` alive. The first renewal is due a cadence from now, or sooner
+    /// if that is needed for it to be sent a retry interval before the margin point; if the
+    /// handle's remaining validity is already down to the margin, the signal fires at once.
     ///
     /// # Errors
     ///
@@ -490,18 +495,12 @@ impl Watchdog {
 /// Where a kept lease stands in the watchdog, and so what its timer-wheel slot means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    /// Between renewals. The slot holds the next renewal or the margin point, whichever is
-    /// first. `failing`: the last renewal failed or went unanswered.
-    Waiting { failing: bool },
-    /// A renewal is due: queued for a send slot, or `sending`. The slot holds the instant the
-    /// signal fires unless a confirmation comes first: when the remaining validity falls to
-    /// `floor` (the margin, or less for a first attempt sent close to the margin point; see
-    /// `KeepAliveSettings::patience`).
-    Due {
-        failing: bool,
-        sending: bool,
-        floor: Duration,
-    },
+    /// Between renewals. The slot holds the next renewal.
+    Waiting,
+    /// A renewal is due: queued for a send slot, or `sending`. The slot holds the margin
+    /// point, set once when the renewal came due: the signal fires then unless a
+    /// confirmation comes first.
+    Due { sending: bool },
     /// The signal fired; nothing more is sent. The entry stays until the lease is dropped.
     Done,
 }
@@ -513,6 +512,17 @@ struct Entry {
     /// The lease's one slot in the timer wheel, while it has one.
     timer: Option<delay_queue::Key>,
     phase: Phase,
+}
+
+impl Entry {
+    fn new(lease: Arc<dyn Renewable>, signal: LossSignal) -> Self {
+        Self {
+            lease,
+            signal,
+            timer: None,
+            phase: Phase::Waiting,
+        }
+    }
 }
 
 /// A renewal being sent, tagged with its lease.
@@ -601,15 +611,7 @@ impl Keeper {
     fn command(&mut self, command: Command) {
         match command {
             Command::Keep { id, lease, signal } => {
-                self.leases.insert(
-                    id,
-                    Entry {
-                        lease,
-                        signal,
-                        timer: None,
-                        phase: Phase::Waiting { failing: false },
-                    },
-                );
+                self.leases.insert(id, Entry::new(lease, signal));
                 self.wait(id, false);
             }
             Command::Stop(id) => {
@@ -625,63 +627,51 @@ impl Keeper {
         }
     }
 
-    /// Puts the lease between renewals: the next one is a cadence away (a retry interval if
-    /// `failing`), but never later than the margin point.
+    /// Puts the lease between renewals; see `KeepAliveSettings::next_renewal`.
     fn wait(&mut self, id: u64, failing: bool) {
         let Some(entry) = self.leases.get_mut(&id) else {
             return;
         };
         let ttl = entry.lease.ttl();
-        let next = if failing {
-            self.settings.retry(ttl)
-        } else {
-            self.settings.cadence(ttl)
-        };
-        let to_margin = entry
-            .lease
-            .remaining_validity()
-            .saturating_sub(self.settings.margin(ttl));
-        entry.phase = Phase::Waiting { failing };
-        set_timer(&mut self.timers, id, entry, next.min(to_margin));
+        let after = self
+            .settings
+            .next_renewal(ttl, entry.lease.remaining_validity(), failing);
+        entry.phase = Phase::Waiting;
+        set_timer(&mut self.timers, id, entry, after);
     }
 
     fn timer_fired(&mut self, id: u64) {
         let Some(entry) = self.leases.get_mut(&id) else {
             return;
         };
+        // The wheel has let go of the expired slot.
         entry.timer = None;
-        let ttl = entry.lease.ttl();
-        let remaining = entry.lease.remaining_validity();
-        match entry.phase {
-            Phase::Waiting { failing } => {
-                if remaining.is_zero() || (failing && remaining <= self.settings.margin(ttl)) {
-                    let reason = margin_reason(entry.lease.as_ref());
-                    self.fire(id, reason);
-                    return;
-                }
-                let patience = self.settings.patience(ttl, remaining, failing);
-                entry.phase = Phase::Due {
-                    failing,
-                    sending: false,
-                    floor: remaining - patience,
-                };
-                set_timer(&mut self.timers, id, entry, patience);
-                self.ready.push_back(id);
-            }
-            Phase::Due { floor, .. } => {
-                if remaining <= floor {
-                    // Unconfirmed in time: stop the work now, whether the renewal is still
-                    // queued or being sent. It may yet succeed; the signal cannot wait.
-                    let reason = margin_reason(entry.lease.as_ref());
-                    self.fire(id, reason);
-                } else {
-                    // Woken before the lease's own clock got there (the wheel runs on tokio's
-                    // clock, validity on the handle's): look again when it should have.
-                    set_timer(&mut self.timers, id, entry, remaining - floor);
-                }
-            }
-            Phase::Done => {}
+        if entry.phase == Phase::Done {
+            return;
         }
+        if let Some(reason) = must_fire(&self.settings, entry.lease.as_ref()) {
+            // At the margin point, or woken past it (a starved runtime): stop the work now,
+            // whether a renewal is still queued, being sent, or not yet due. It may yet
+            // succeed; the signal cannot wait.
+            return self.fire(id, reason);
+        }
+        let Some(entry) = self.leases.get_mut(&id) else {
+            return;
+        };
+        let ttl = entry.lease.ttl();
+        // Until the margin point (set once here, never pushed back when the renewal is sent):
+        // for a renewal coming due, its time to be answered; for one already due and woken
+        // before the lease's own clock got there (the wheel runs on tokio's clock, validity
+        // on the handle's), the rest of that time.
+        let to_margin = entry
+            .lease
+            .remaining_validity()
+            .saturating_sub(self.settings.margin(ttl));
+        if entry.phase == Phase::Waiting {
+            entry.phase = Phase::Due { sending: false };
+            self.ready.push_back(id);
+        }
+        set_timer(&mut self.timers, id, entry, to_margin);
     }
 
     fn sent(&mut self, id: u64, outcome: Option<RenewOutcome>) {
@@ -702,15 +692,12 @@ impl Keeper {
             }) => LossReason::LostToAnother,
             Some(RenewOutcome::Refused { .. }) => LossReason::Released,
             None => LossReason::WatchdogStopped,
-            // Failed, indeterminate or overloaded: nothing is proven either way. Retry soon
-            // while validity above the margin remains; once it is down to the margin, stop.
-            Some(_) => {
-                let margin = self.settings.margin(entry.lease.ttl());
-                if entry.lease.remaining_validity() > margin {
-                    return self.wait(id, true);
-                }
-                margin_reason(entry.lease.as_ref())
-            }
+            // Failed, indeterminate or overloaded: nothing is proven either way. Retry while
+            // validity above the margin remains; once it is down to the margin, stop.
+            Some(_) => match must_fire(&self.settings, entry.lease.as_ref()) {
+                Some(reason) => reason,
+                None => return self.wait(id, true),
+            },
         };
         self.fire(id, reason);
     }
@@ -722,33 +709,22 @@ impl Keeper {
                 return;
             };
             // Stopped, or fired while it waited: skip it.
-            let Some(entry) = self.leases.get_mut(&id) else {
+            let Some(entry) = self.leases.get(&id) else {
                 continue;
             };
-            let Phase::Due {
-                failing,
-                sending: false,
-                ..
-            } = entry.phase
-            else {
+            if entry.phase != (Phase::Due { sending: false }) {
                 continue;
-            };
-            let ttl = entry.lease.ttl();
-            let remaining = entry.lease.remaining_validity();
-            if remaining.is_zero() || (failing && remaining <= self.settings.margin(ttl)) {
+            }
+            if let Some(reason) = must_fire(&self.settings, entry.lease.as_ref()) {
                 // Its time ran out while it queued (its timer would say so next).
-                let reason = margin_reason(entry.lease.as_ref());
                 self.fire(id, reason);
                 continue;
             }
-            // The wait for the answer counts from the send, not from when it came due.
-            let patience = self.settings.patience(ttl, remaining, failing);
-            entry.phase = Phase::Due {
-                failing,
-                sending: true,
-                floor: remaining - patience,
+            let Some(entry) = self.leases.get_mut(&id) else {
+                continue;
             };
-            set_timer(&mut self.timers, id, entry, patience);
+            // The slot keeps the margin point it was given when the renewal came due.
+            entry.phase = Phase::Due { sending: true };
             self.sending.push(Sending {
                 id,
                 renewal: Arc::clone(&entry.lease).renew(),
@@ -775,17 +751,7 @@ impl Drop for Keeper {
         while let Ok(command) = self.commands.try_recv() {
             match command {
                 Command::Keep { id, lease, signal } => {
-                    let phase = Phase::Waiting { failing: false };
-                    let timer = None;
-                    self.leases.insert(
-                        id,
-                        Entry {
-                            lease,
-                            signal,
-                            timer,
-                            phase,
-                        },
-                    );
+                    self.leases.insert(id, Entry::new(lease, signal));
                 }
                 Command::Stop(id) => {
                     self.leases.remove(&id);
@@ -809,6 +775,12 @@ fn set_timer(timers: &mut DelayQueue<u64>, id: u64, entry: &mut Entry, after: Du
         Some(key) => timers.reset_at(key, at),
         None => entry.timer = Some(timers.insert_at(id, at)),
     }
+}
+
+/// Returns why the signal must fire now, if it must: the lease's remaining validity is down
+/// to the margin without a confirmation to extend it.
+fn must_fire(settings: &KeepAliveSettings, lease: &dyn Renewable) -> Option<LossReason> {
+    (lease.remaining_validity() <= settings.margin(lease.ttl())).then(|| margin_reason(lease))
 }
 
 /// Why the signal fires when the margin is reached unconfirmed.
