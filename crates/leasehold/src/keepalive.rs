@@ -66,9 +66,12 @@ use crate::outcome::{ReleaseOutcome, RenewOutcome};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LossReason {
-    /// The server said another grant holds the key, or that it is gone.
+    /// The server said another grant holds the key, or that it is gone (the handle is
+    /// `Lost`, perhaps already when it was kept).
     LostToAnother,
-    /// The lease was released.
+    /// The lease was released: by [`KeptLease::release`], or through its handle or a replayed
+    /// handle on the same state, which the watchdog sees when the lease's next renewal comes
+    /// due (no renewal is sent then).
     Released,
     /// The local validity ran out before a renewal could be confirmed (e.g. a starved runtime).
     Expired,
@@ -419,22 +422,34 @@ impl Watchdog {
         let runner = self.runner();
         let id = runner.next_id.fetch_add(1, Ordering::Relaxed);
         let signal = LossSignal::default();
-        let keep = Command::Keep {
-            id,
-            lease: handle.renewable(),
-            signal: signal.clone(),
+        let lease = handle.renewable();
+        // A handle already lost or released, or with no more than the margin left, cannot be
+        // kept: its work is told before `keep` returns, and the task never sees it.
+        let stopped = match must_fire(&self.settings, lease.as_ref()) {
+            Some(reason) => {
+                signal.fire(reason);
+                true
+            }
+            None => {
+                let keep = Command::Keep {
+                    id,
+                    lease,
+                    signal: signal.clone(),
+                };
+                if runner.commands.send(keep).is_err() {
+                    // The task ended since `runner()` looked (its runtime is shutting down):
+                    // nothing will renew this lease, and its work must know.
+                    signal.fire(LossReason::WatchdogStopped);
+                }
+                false
+            }
         };
-        if runner.commands.send(keep).is_err() {
-            // The task ended since `runner()` looked (its runtime is shutting down): nothing
-            // will renew this lease, and its work must know.
-            signal.fire(LossReason::WatchdogStopped);
-        }
         Ok(KeptLease {
             handle,
             signal,
             registration: Registration {
                 id,
-                stopped: false,
+                stopped,
                 runner,
                 _slot: slot,
             },
@@ -783,11 +798,14 @@ fn must_fire(settings: &KeepAliveSettings, lease: &dyn Renewable) -> Option<Loss
     (lease.remaining_validity() <= settings.margin(lease.ttl())).then(|| margin_reason(lease))
 }
 
-/// Why the signal fires when the margin is reached unconfirmed.
+/// Why the signal fires for a lease whose remaining validity is down to the margin (or to
+/// nothing), from what its handle has recorded: a lease released or lost through its handle
+/// (or through a replayed handle, which shares its state) is not merely unconfirmed.
 fn margin_reason(lease: &dyn Renewable) -> LossReason {
-    if lease.state() == LeaseState::Expired {
-        LossReason::Expired
-    } else {
-        LossReason::Unreachable
+    match lease.state() {
+        LeaseState::Lost => LossReason::LostToAnother,
+        LeaseState::Released => LossReason::Released,
+        LeaseState::Expired => LossReason::Expired,
+        _ => LossReason::Unreachable,
     }
 }

@@ -328,6 +328,81 @@ async fn a_release_waits_for_a_renewal_being_sent() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_release_through_the_handle_or_a_replayed_handle_fires_released() {
+    for through_replay in [false, true] {
+        let world = World::new(COMMAND_TIMEOUT);
+        let attempt = world
+            .client
+            .new_attempt(OperationId::new("op").unwrap())
+            .unwrap();
+        let request = world
+            .client
+            .request(
+                Purpose::new("p").unwrap(),
+                ResourceDigest::of("r"),
+                attempt,
+                TTL,
+            )
+            .unwrap();
+        let handle = world
+            .client
+            .try_acquire(&request)
+            .await
+            .into_handle()
+            .unwrap();
+        let kept = Watchdog::default()
+            .keep(handle)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        world.until(ms(1_500)).await;
+        let outcome = if through_replay {
+            // A replay of the same request: a handle on the same state.
+            let AcquireOutcome::Replayed(replayed) = world.client.try_acquire(&request).await
+            else {
+                panic!("not replayed");
+            };
+            replayed.release().await
+        } else {
+            kept.handle().release().await
+        };
+        assert_eq!(outcome, ReleaseOutcome::Released);
+        // Seen when its next renewal comes due, at 2 s; nothing is sent for it.
+        assert_eq!(fired(kept.signal()).await, LossReason::Released);
+        assert_eq!(world.now(), ms(2_000));
+        sleep(ms(5_000)).await;
+        assert_release_is_last(&world);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn keeping_a_lost_or_released_handle_fires_at_once_with_its_reason() {
+    for (release, reason) in [
+        (false, LossReason::LostToAnother),
+        (true, LossReason::Released),
+    ] {
+        let world = World::new(COMMAND_TIMEOUT);
+        let handle = world.acquire("r").await;
+        if release {
+            assert_eq!(handle.release().await, ReleaseOutcome::Released);
+        } else {
+            world.server.delete(handle.purpose(), handle.resource());
+            assert!(matches!(
+                handle.renew().await,
+                leasehold::RenewOutcome::Lost(_)
+            ));
+        }
+        let kept = Watchdog::default()
+            .keep(handle)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        // Before `keep` returned.
+        assert_eq!(kept.signal().reason(), Some(reason));
+        sleep(ms(5_000)).await;
+        assert_eq!(world.sent(RequestKind::Renew).len(), usize::from(!release));
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn dropping_a_kept_lease_stops_its_renewals_and_frees_its_slot() {
     let world = World::new(COMMAND_TIMEOUT);
     let watchdog = Watchdog::new(KeepAliveSettings::default().with_max_leases(1).unwrap());
