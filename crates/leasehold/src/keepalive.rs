@@ -142,7 +142,8 @@ impl KeepAliveSettings {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidSetting`] if out of range.
+    /// [`ErrorKind::InvalidSetting`] if out of range, or if with the margin divisor already
+    /// set there is no room for a retry (see [`with_margin_divisor`](Self::with_margin_divisor)).
     pub fn with_cadence_divisor(mut self, divisor: u32) -> Result<Self, Error> {
         if !(2..=100).contains(&divisor) {
             return Err(Error::new(
@@ -151,15 +152,20 @@ impl KeepAliveSettings {
             ));
         }
         self.cadence_divisor = divisor;
-        Ok(self)
+        self.check_room()
     }
 
     /// Sets the safety margin: the signal fires when renewals keep failing and TTL / `divisor`
     /// of validity is left (2 to 100; default 5).
     ///
+    /// The cadence, a retry interval (cadence / 4) and the margin must add up to less than
+    /// the TTL, so that a renewal at the cadence that fails leaves room for a retry, answered
+    /// before the margin point: only a cadence and a margin of TTL / 2 each are refused.
+    ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidSetting`] if out of range.
+    /// [`ErrorKind::InvalidSetting`] if out of range, or if with the cadence divisor already
+    /// set there is no room for a retry.
     pub fn with_margin_divisor(mut self, divisor: u32) -> Result<Self, Error> {
         if !(2..=100).contains(&divisor) {
             return Err(Error::new(
@@ -168,7 +174,48 @@ impl KeepAliveSettings {
             ));
         }
         self.margin_divisor = divisor;
-        Ok(self)
+        self.check_room()
+    }
+
+    /// Returns the settings if the cadence, a retry interval and the margin add up to less
+    /// than the TTL: TTL / c + TTL / 4c + TTL / m < TTL, that is 5m + 4c < 4cm.
+    fn check_room(self) -> Result<Self, Error> {
+        let (c, m) = (
+            u64::from(self.cadence_divisor),
+            u64::from(self.margin_divisor),
+        );
+        if 5 * m + 4 * c < 4 * c * m {
+            Ok(self)
+        } else {
+            Err(Error::new(
+                ErrorKind::InvalidSetting,
+                format!(
+                    "a cadence of TTL / {c} and a margin of TTL / {m} leave no room for a retry \
+                     before the margin point"
+                ),
+            ))
+        }
+    }
+
+    /// Checks that a lease of `ttl`, whose validity after each renewal is `ttl - drift`, can
+    /// be kept: that validity must be more than the cadence, a retry interval and the margin
+    /// together, or a failed renewal could not be retried in time (and with less than the
+    /// margin and a retry interval, every renewal would be due at once, for ever).
+    fn check_lease(&self, ttl: Duration, drift: Duration) -> Result<(), Error> {
+        let validity = ttl.saturating_sub(drift);
+        let (cadence, retry, margin) = (self.cadence(ttl), self.retry(ttl), self.margin(ttl));
+        if validity > cadence + retry + margin {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::InvalidSetting,
+            format!(
+                "a lease with TTL {ttl:?} and drift budget {drift:?} is valid for {validity:?} \
+                 after a renewal, not more than the cadence ({cadence:?}), a retry interval \
+                 ({retry:?}) and the margin ({margin:?}): a longer TTL or other watchdog \
+                 settings are needed"
+            ),
+        ))
     }
 
     /// Sets how many leases the watchdog keeps at most (1 to 10,000,000; default 100,000).
@@ -398,8 +445,12 @@ impl Watchdog {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::WatchdogFull`] if it keeps as many leases as it may; the handle is given
-    /// back with the error, still held.
+    /// The handle is given back with the error, still held:
+    ///
+    /// - [`ErrorKind::InvalidSetting`] if the handle's validity after a renewal (its TTL less
+    ///   its drift budget) is not more than the cadence, a retry interval and the margin
+    ///   together: a failed renewal could not be retried before the signal fires;
+    /// - [`ErrorKind::WatchdogFull`] if it keeps as many leases as it may.
     ///
     /// # Panics
     ///
@@ -409,6 +460,9 @@ impl Watchdog {
         &self,
         handle: LeaseHandle<B>,
     ) -> Result<KeptLease<B>, (Error, LeaseHandle<B>)> {
+        if let Err(error) = self.settings.check_lease(handle.ttl(), handle.drift()) {
+            return Err((error, handle));
+        }
         let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
             let error = Error::new(
                 ErrorKind::WatchdogFull,
@@ -479,7 +533,8 @@ impl Watchdog {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::WatchdogFull`], before the work starts; the lease is released then.
+    /// As [`keep`](Self::keep) ([`ErrorKind::InvalidSetting`], [`ErrorKind::WatchdogFull`]),
+    /// before the work starts; the lease is released then.
     ///
     /// # Cancel safety
     ///

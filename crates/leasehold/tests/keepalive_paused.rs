@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use leasehold::sim::{Fault, RequestKind, SimBackend, SimServer};
 use leasehold::{
-    AcquireOutcome, Clock, KeepAliveSettings, LeaseClient, LeaseHandle, LeaseState, LossReason,
-    LossSignal, MonotonicInstant, OperationId, Purpose, ReleaseOutcome, ResourceDigest, TokioClock,
-    Watchdog,
+    AcquireOutcome, Clock, DriftBudget, ErrorKind, KeepAliveSettings, LeaseClient, LeaseHandle,
+    LeaseState, LossReason, LossSignal, MonotonicInstant, OperationId, Purpose, ReleaseOutcome,
+    ResourceDigest, TokioClock, Watchdog,
 };
 use tokio::time::sleep;
 
@@ -399,6 +399,66 @@ async fn keeping_a_lost_or_released_handle_fires_at_once_with_its_reason() {
         assert_eq!(kept.signal().reason(), Some(reason));
         sleep(ms(5_000)).await;
         assert_eq!(world.sent(RequestKind::Renew).len(), usize::from(!release));
+    }
+}
+
+#[test]
+fn settings_that_leave_no_room_for_a_retry_are_refused() {
+    // Cadence TTL / 2 and margin TTL / 2: a renewal at the cadence is due at the margin point
+    // already, so one failure would fire the signal with no retry. Refused in either order.
+    let error = KeepAliveSettings::default()
+        .with_cadence_divisor(2)
+        .unwrap()
+        .with_margin_divisor(2)
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidSetting);
+    let error = KeepAliveSettings::default()
+        .with_margin_divisor(2)
+        .unwrap()
+        .with_cadence_divisor(2)
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidSetting);
+    // TTL / 2 + a retry interval (TTL / 8) + TTL / 3 < TTL: room for one retry.
+    assert!(
+        KeepAliveSettings::default()
+            .with_cadence_divisor(2)
+            .unwrap()
+            .with_margin_divisor(3)
+            .is_ok()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_whose_validity_leaves_no_room_for_a_retry_is_refused() {
+    // A drift budget of 2.3 s leaves a 3 s lease 700 ms of validity after each renewal, less
+    // than its margin (600 ms) and a retry interval (250 ms): every renewal would be due at
+    // once, in an endless loop. A 20 ms lease, less its drift (10.2 ms), is not valid for a
+    // cadence (6.7 ms), a retry interval (1.7 ms) and the margin (4 ms) either.
+    for (drift, ttl) in [
+        (DriftBudget::new(ms(2_300), 0).unwrap(), TTL),
+        (DriftBudget::default(), ms(20)),
+    ] {
+        let clock = TokioClock::new();
+        let server = SimServer::with_clock(clock);
+        let client = LeaseClient::new(server.connect(COMMAND_TIMEOUT))
+            .with_clock(clock)
+            .with_drift_budget(drift);
+        let attempt = client.new_attempt(OperationId::new("op").unwrap()).unwrap();
+        let request = client
+            .request(
+                Purpose::new("p").unwrap(),
+                ResourceDigest::of("r"),
+                attempt,
+                ttl,
+            )
+            .unwrap();
+        let handle = client.try_acquire(&request).await.into_handle().unwrap();
+        let (error, handle) = Watchdog::default().keep(handle).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::InvalidSetting, "{error}");
+        assert!(error.is_invalid_input());
+        // The handle is given back, still held, and nothing was sent for it.
+        assert_eq!(handle.release().await, ReleaseOutcome::Released);
+        assert_eq!(client.backend().sent().len(), 2);
     }
 }
 
