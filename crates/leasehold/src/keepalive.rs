@@ -80,6 +80,10 @@ pub enum LossReason {
     /// The watchdog stopped renewing the lease: the runtime its task ran on shut down, or the
     /// backend panicked while renewing it.
     WatchdogStopped,
+    /// The [`KeptLease`] was dropped without being released (or while its release was under
+    /// way): nothing renews the lease any more, though the server keeps it until its TTL
+    /// runs out.
+    Dropped,
 }
 
 /// Fires once, with a reason, when a kept lease's work must stop. Clones share the signal.
@@ -337,11 +341,13 @@ enum Command {
 }
 
 /// A kept lease's place in the watchdog: dropping it tells the task to forget the lease (if
-/// `stop` did not already), then frees the slot. In that order, so that a registration made
-/// with the freed slot always reaches the task after the forgetting.
+/// `stop` did not already), fires the signal, then frees the slot. In that order, so that a
+/// registration made with the freed slot always reaches the task after the forgetting.
 struct Registration {
     id: u64,
+    /// The task was told to forget the lease, or never knew it.
     stopped: bool,
+    signal: LossSignal,
     runner: Arc<Runner>,
     _slot: OwnedSemaphorePermit,
 }
@@ -360,14 +366,20 @@ impl Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         self.stop();
+        // Nothing renews the lease from here on: work still holding a clone of the signal
+        // must be told. After a completed release the signal has fired already, with the
+        // release's reason, and the first reason stays.
+        self.signal.fire(LossReason::Dropped);
     }
 }
 
 /// A lease kept alive by a [`Watchdog`].
+///
+/// Dropping it stops its renewals and fires its signal ([`LossReason::Dropped`]); the lease
+/// stays held on the server until its TTL runs out.
 #[must_use = "dropping a kept lease stops its renewals and leaves it held until its TTL runs out; call `release().await`"]
 pub struct KeptLease<B: LeaseBackend> {
     handle: LeaseHandle<B>,
-    signal: LossSignal,
     registration: Registration,
 }
 
@@ -375,7 +387,7 @@ impl<B: LeaseBackend> fmt::Debug for KeptLease<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeptLease")
             .field("handle", &self.handle)
-            .field("lost", &self.signal.reason())
+            .field("lost", &self.registration.signal.reason())
             .finish()
     }
 }
@@ -388,18 +400,18 @@ impl<B: LeaseBackend> KeptLease<B> {
 
     /// Returns the loss signal.
     pub fn signal(&self) -> &LossSignal {
-        &self.signal
+        &self.registration.signal
     }
 
     /// Stops renewing and releases the lease. No renewal is sent after the release.
     ///
     /// # Cancel safety
     ///
-    /// As [`LeaseHandle::release`]; renewals are stopped either way.
+    /// As [`LeaseHandle::release`]; renewals are stopped either way, and a release cut short
+    /// fires the signal with [`LossReason::Dropped`].
     pub async fn release(self) -> ReleaseOutcome {
         let KeptLease {
             handle,
-            signal,
             mut registration,
         } = self;
         // Stop first, so the watchdog starts no renewal of it after this. A renewal already
@@ -408,7 +420,7 @@ impl<B: LeaseBackend> KeptLease<B> {
         // registration keeps the task running until then, even if it is the last one.
         registration.stop();
         let outcome = handle.release().await;
-        signal.fire(LossReason::Released);
+        registration.signal.fire(LossReason::Released);
         drop(registration);
         outcome
     }
@@ -500,10 +512,10 @@ impl Watchdog {
         };
         Ok(KeptLease {
             handle,
-            signal,
             registration: Registration {
                 id,
                 stopped,
+                signal,
                 runner,
                 _slot: slot,
             },
@@ -552,7 +564,7 @@ impl Watchdog {
                 return Err(error);
             }
         };
-        let signal = kept.signal.clone();
+        let signal = kept.signal().clone();
         let result = tokio::select! {
             output = work => Ok(output),
             reason = signal.lost() => Err(reason),

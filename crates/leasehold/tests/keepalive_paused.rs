@@ -470,8 +470,11 @@ async fn dropping_a_kept_lease_stops_its_renewals_and_frees_its_slot() {
         .keep(world.acquire("a").await)
         .map_err(|(e, _)| e)
         .unwrap();
+    let signal = kept.signal().clone();
     world.until(ms(1_500)).await;
     drop(kept);
+    // Work holding the signal is told at once: nothing renews the lease any more.
+    assert_eq!(signal.reason(), Some(LossReason::Dropped));
     // The slot is free at once.
     let again = watchdog
         .keep(world.acquire("b").await)
@@ -502,16 +505,19 @@ async fn dropping_the_watchdog_and_its_leases_stops_the_task() {
         .map_err(|(e, _)| e)
         .unwrap();
     let signal = kept.signal().clone();
+    let tasks = tokio::runtime::Handle::current().metrics();
+    assert_eq!(tasks.num_alive_tasks(), 1);
     world.until(ms(1_500)).await;
     drop(watchdog);
     // Still renewed while the kept lease lives.
     world.until(ms(2_500)).await;
     assert_eq!(world.sent(RequestKind::Renew), vec![ms(1_000), ms(2_000)]);
     drop(kept);
+    assert_eq!(signal.reason(), Some(LossReason::Dropped));
     sleep(ms(10_000)).await;
     assert_eq!(world.sent(RequestKind::Renew), vec![ms(1_000), ms(2_000)]);
-    // Dropped, not lost: the signal is left as it was.
-    assert_eq!(signal.reason(), None);
+    // The task itself has ended, not merely gone quiet.
+    assert_eq!(tasks.num_alive_tasks(), 0);
 }
 
 /// A world with a lease granted at 0 and kept (with `fault` queued for its first renewal) at
