@@ -75,7 +75,10 @@ pub enum LossReason {
     Released,
     /// The local validity ran out before a renewal could be confirmed (e.g. a starved runtime).
     Expired,
-    /// Renewals kept failing or going unanswered until only the safety margin was left.
+    /// Renewals kept failing or going unanswered until only the safety margin was left (or
+    /// the lease was kept with no more than that left); or the release by
+    /// [`KeptLease::release`] was not applied or went unanswered, so the lease is neither
+    /// renewed nor known to be released.
     Unreachable,
     /// The watchdog stopped renewing the lease: the runtime its task ran on shut down, or the
     /// backend panicked while renewing it.
@@ -405,11 +408,30 @@ impl<B: LeaseBackend> KeptLease<B> {
 
     /// Stops renewing and releases the lease. No renewal is sent after the release.
     ///
+    /// The signal then fires with the outcome's reason: [`LossReason::Released`] for
+    /// `Released` and `AlreadyGone`, [`LossReason::LostToAnother`] for `NotOwner`, and
+    /// [`LossReason::Unreachable`] for `Indeterminate`, `Unavailable` and `Overloaded` (the
+    /// lease is then neither renewed nor known to be released). The handle is dropped: to try
+    /// a release that was not applied again, use
+    /// [`release_returning_handle`](Self::release_returning_handle).
+    ///
     /// # Cancel safety
     ///
     /// As [`LeaseHandle::release`]; renewals are stopped either way, and a release cut short
     /// fires the signal with [`LossReason::Dropped`].
     pub async fn release(self) -> ReleaseOutcome {
+        self.release_returning_handle().await.0
+    }
+
+    /// As [`release`](Self::release), and gives the handle back: after `Unavailable` or
+    /// `Overloaded` (not applied) the lease is still held, and
+    /// [`LeaseHandle::release`] can be called again. Renewals stay stopped (the handle
+    /// refuses them once a release has started).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`release`](Self::release).
+    pub async fn release_returning_handle(self) -> (ReleaseOutcome, LeaseHandle<B>) {
         let KeptLease {
             handle,
             mut registration,
@@ -420,9 +442,9 @@ impl<B: LeaseBackend> KeptLease<B> {
         // registration keeps the task running until then, even if it is the last one.
         registration.stop();
         let outcome = handle.release().await;
-        registration.signal.fire(LossReason::Released);
+        registration.signal.fire(release_reason(&outcome));
         drop(registration);
-        outcome
+        (outcome, handle)
     }
 }
 
@@ -863,6 +885,22 @@ fn set_timer(timers: &mut DelayQueue<u64>, id: u64, entry: &mut Entry, after: Du
 /// to the margin without a confirmation to extend it.
 fn must_fire(settings: &KeepAliveSettings, lease: &dyn Renewable) -> Option<LossReason> {
     (lease.remaining_validity() <= settings.margin(lease.ttl())).then(|| margin_reason(lease))
+}
+
+/// Why the signal fires after [`KeptLease::release`] returned `outcome`.
+fn release_reason(outcome: &ReleaseOutcome) -> LossReason {
+    match outcome {
+        ReleaseOutcome::Released
+        | ReleaseOutcome::AlreadyGone
+        | ReleaseOutcome::Refused {
+            state: LeaseState::Released,
+        } => LossReason::Released,
+        ReleaseOutcome::NotOwner | ReleaseOutcome::Refused { .. } => LossReason::LostToAnother,
+        // Not applied, or not known to be: neither renewed any more nor known to be released.
+        ReleaseOutcome::Indeterminate(_)
+        | ReleaseOutcome::Unavailable(_)
+        | ReleaseOutcome::Overloaded => LossReason::Unreachable,
+    }
 }
 
 /// Why the signal fires for a lease whose remaining validity is down to the margin (or to

@@ -463,6 +463,102 @@ async fn a_lease_whose_validity_leaves_no_room_for_a_retry_is_refused() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_signal_after_a_release_follows_its_outcome() {
+    // Lost meanwhile (the key deleted and granted to another): `NotOwner`.
+    let world = World::new(COMMAND_TIMEOUT);
+    let kept = Watchdog::default()
+        .keep(world.acquire("r").await)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let signal = kept.signal().clone();
+    world.until(ms(1_400)).await;
+    world
+        .server
+        .delete(kept.handle().purpose(), kept.handle().resource());
+    let other = LeaseClient::new(world.server.connect(COMMAND_TIMEOUT)).with_clock(world.clock);
+    let _theirs = acquire(&other, "r", "theirs").await;
+    assert_eq!(kept.release().await, ReleaseOutcome::NotOwner);
+    assert_eq!(signal.reason(), Some(LossReason::LostToAnother));
+
+    // The reply lost: the key may or may not be gone.
+    let world = World::new(COMMAND_TIMEOUT);
+    let kept = Watchdog::default()
+        .keep(world.acquire("r").await)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let signal = kept.signal().clone();
+    world.until(ms(1_400)).await;
+    world.backend().inject(Fault::LoseReply);
+    assert!(matches!(
+        kept.release().await,
+        ReleaseOutcome::Indeterminate(_)
+    ));
+    assert_eq!(signal.reason(), Some(LossReason::Unreachable));
+}
+
+/// A backend whose first release is refused (`Unavailable`, not applied); renewals succeed.
+#[derive(Debug, Default)]
+struct ReleaseRefusedOnce {
+    releases: std::sync::atomic::AtomicUsize,
+}
+
+impl leasehold::LeaseBackend for ReleaseRefusedOnce {
+    async fn acquire(&self, request: &leasehold::LeaseRequest) -> leasehold::AcquireReply {
+        leasehold::AcquireReply::Granted(leasehold::GrantReply::new(
+            leasehold::FenceToken::MIN,
+            request.ttl(),
+        ))
+    }
+    async fn renew(&self, grant: &leasehold::Grant) -> leasehold::RenewReply {
+        leasehold::RenewReply::Renewed {
+            server_ttl: grant.ttl(),
+        }
+    }
+    async fn release(&self, _: &leasehold::Grant) -> leasehold::ReleaseReply {
+        if self
+            .releases
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            == 0
+        {
+            leasehold::ReleaseReply::Failed(leasehold::Failure::Unavailable(
+                leasehold::Unavailable::new(leasehold::UnavailableCause::ConnectionRefused, "no"),
+            ))
+        } else {
+            leasehold::ReleaseReply::Released
+        }
+    }
+    async fn inspect(
+        &self,
+        _: &Purpose,
+        _: &ResourceDigest,
+        _: Option<&leasehold::Attempt>,
+    ) -> leasehold::InspectOutcome {
+        leasehold::InspectOutcome::Free
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_that_was_not_applied_can_be_tried_again_with_the_handle() {
+    let clock = TokioClock::new();
+    let client = LeaseClient::new(ReleaseRefusedOnce::default()).with_clock(clock);
+    let kept = Watchdog::default()
+        .keep(acquire_from(&client, "r").await)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let signal = kept.signal().clone();
+    sleep(ms(1_500)).await;
+    let (outcome, handle) = kept.release_returning_handle().await;
+    assert!(
+        matches!(outcome, ReleaseOutcome::Unavailable(_)),
+        "{outcome:?}"
+    );
+    // Neither renewed any more nor released: the work is told, and the lease is still held.
+    assert_eq!(signal.reason(), Some(LossReason::Unreachable));
+    assert_eq!(handle.state(), LeaseState::Active);
+    assert_eq!(handle.release().await, ReleaseOutcome::Released);
+}
+
+#[tokio::test(start_paused = true)]
 async fn dropping_a_kept_lease_stops_its_renewals_and_frees_its_slot() {
     let world = World::new(COMMAND_TIMEOUT);
     let watchdog = Watchdog::new(KeepAliveSettings::default().with_max_leases(1).unwrap());
