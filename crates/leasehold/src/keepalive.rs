@@ -682,16 +682,20 @@ impl Keeper {
     }
 
     async fn run(mut self) {
-        loop {
-            match poll_fn(|cx| self.poll_event(cx)).await {
-                Event::Command(Some(command)) => self.command(command),
-                // Every sender is gone, so every lease was stopped: nothing is left to keep.
-                Event::Command(None) => return,
-                Event::Timer(id) => self.timer_fired(id),
-                Event::Sent(id, outcome) => self.sent(id, outcome),
-            }
-            self.send_due();
+        while self.step().await {}
+    }
+
+    /// Waits for the next event and handles it; false once nothing is left to keep.
+    async fn step(&mut self) -> bool {
+        match poll_fn(|cx| self.poll_event(cx)).await {
+            Event::Command(Some(command)) => self.command(command),
+            // Every sender is gone, so every lease was stopped: nothing is left to keep.
+            Event::Command(None) => return false,
+            Event::Timer(id) => self.timer_fired(id),
+            Event::Sent(id, outcome) => self.sent(id, outcome),
         }
+        self.send_due();
+        true
     }
 
     fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Event> {
@@ -727,7 +731,26 @@ impl Keeper {
                 }
                 // Its id may still be in `ready` (skipped there), and a renewal of it may be
                 // in flight: that one finishes — a release waits for it — and is ignored.
+                self.prune_ready();
             }
+        }
+    }
+
+    /// Drops from `ready` the ids of leases no longer queued, once they could be most of it.
+    ///
+    /// A lease stopped or fired while queued leaves its id there, skipped when it is popped;
+    /// but while every send slot is taken (renewals that hang), nothing is popped, and with
+    /// leases kept and dropped meanwhile the ids would pile up without bound. Each lease in
+    /// the map has at most one id in `ready`, so past twice their number at least half are
+    /// stale: pruning then costs O(1) amortized per stop.
+    fn prune_ready(&mut self) {
+        if self.ready.len() > 2 * self.leases.len() + 64 {
+            let leases = &self.leases;
+            self.ready.retain(|id| {
+                leases
+                    .get(id)
+                    .is_some_and(|e| e.phase == Phase::Due { sending: false })
+            });
         }
     }
 
@@ -912,5 +935,69 @@ fn margin_reason(lease: &dyn Renewable) -> LossReason {
         LeaseState::Released => LossReason::Released,
         LeaseState::Expired => LossReason::Expired,
         _ => LossReason::Unreachable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lease whose renewals never complete, valid for 2.96 s from when it was made.
+    struct Hanging {
+        valid_until: Instant,
+    }
+
+    impl Renewable for Hanging {
+        fn ttl(&self) -> Duration {
+            Duration::from_secs(3)
+        }
+        fn state(&self) -> LeaseState {
+            LeaseState::Active
+        }
+        fn remaining_validity(&self) -> Duration {
+            self.valid_until.saturating_duration_since(Instant::now())
+        }
+        fn renew(self: Arc<Self>) -> RenewFuture {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    fn hanging() -> Arc<dyn Renewable> {
+        Arc::new(Hanging {
+            valid_until: Instant::now() + Duration::from_millis(2_960),
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_ids_of_leases_stopped_while_queued_do_not_pile_up() {
+        let settings = KeepAliveSettings::default().with_max_in_flight(1).unwrap();
+        let (commands, received) = mpsc::unbounded_channel();
+        let mut keeper = Keeper::new(settings, received);
+        let keep = |id| Command::Keep {
+            id,
+            lease: hanging(),
+            signal: LossSignal::default(),
+        };
+        // Lease 0's renewal is sent at 1 s and never completes: the one send slot stays busy.
+        commands.send(keep(0)).unwrap();
+        while keeper.sending.is_empty() {
+            assert!(keeper.step().await);
+        }
+        // Then 1,000 leases are kept, come due, queue behind it, and are dropped.
+        for id in 1..=1_000 {
+            commands.send(keep(id)).unwrap();
+            while keeper.leases.get(&id).map(|e| e.phase) != Some(Phase::Due { sending: false }) {
+                assert!(keeper.step().await);
+            }
+            commands.send(Command::Stop(id)).unwrap();
+            while keeper.leases.contains_key(&id) {
+                assert!(keeper.step().await);
+            }
+        }
+        assert!(
+            keeper.ready.len() <= 100,
+            "{} ids queued",
+            keeper.ready.len()
+        );
     }
 }
