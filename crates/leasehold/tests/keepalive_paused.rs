@@ -559,6 +559,32 @@ async fn a_release_that_was_not_applied_can_be_tried_again_with_the_handle() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_release_waits_for_a_renewal_whose_request_is_still_on_its_way() {
+    // The renewal sent at 1 s reaches the server only at 1.15 s; the release is asked for at
+    // 1.1 s, when the watchdog has nothing left to stop: the renewal is already sent. Only
+    // the handle's send lock keeps the release from overtaking it on the wire.
+    let world = World::new(COMMAND_TIMEOUT);
+    let kept = Watchdog::default()
+        .keep(world.acquire("r").await)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    world.backend().inject(Fault::DelayRequest(ms(150)));
+    world.until(ms(1_100)).await;
+    assert_eq!(kept.release().await, ReleaseOutcome::Released);
+    assert_eq!(world.sent(RequestKind::Release), vec![ms(1_150)]);
+    // The renewal landed and was confirmed before the release was sent, and the release
+    // deleted the key: nothing of the lease is left on the server.
+    assert!(
+        world
+            .server
+            .stored(&Purpose::new("p").unwrap(), &ResourceDigest::of("r"))
+            .is_none()
+    );
+    sleep(ms(10_000)).await;
+    assert_release_is_last(&world);
+}
+
+#[tokio::test(start_paused = true)]
 async fn dropping_a_kept_lease_stops_its_renewals_and_frees_its_slot() {
     let world = World::new(COMMAND_TIMEOUT);
     let watchdog = Watchdog::new(KeepAliveSettings::default().with_max_leases(1).unwrap());
