@@ -19,7 +19,8 @@ pub enum ErrorKind {
     InvalidWaitTimeout,
     /// A drift budget was out of its documented bounds.
     InvalidDriftBudget,
-    /// A setting (namespace, key version, timeout, limit…) was out of its documented bounds.
+    /// A setting (namespace, key version, timeout, limit…) was out of its documented bounds,
+    /// or settings do not fit together or with the lease they are used for (keep-alive).
     InvalidSetting,
     /// A record name (for a fenced write) was empty, too long or used characters outside
     /// `[a-z0-9._-]`.

@@ -15,21 +15,20 @@
 //! slot in a timer wheel ([`DelayQueue`]), not a task. The slot holds the next instant that
 //! matters to the lease:
 //!
-//! - while it waits, the earlier of its next renewal (a cadence after the last confirmation,
-//!   or a retry interval — cadence / 4 — after a failed renewal) and its *margin point*, the
-//!   instant its remaining validity falls to the margin;
-//! - while a renewal is due (queued for a send slot, or being sent), the instant at which the
-//!   signal must fire if no confirmation has come by then: the margin point.
+//! - while it waits, its next renewal: a cadence after the last confirmation, or a retry
+//!   interval (cadence / 4) after a failed renewal — but never later than a retry interval
+//!   before its *margin point*, the instant its remaining validity falls to the margin, so
+//!   that every renewal has at least that long to be answered before the signal would fire;
+//! - while a renewal is due (queued for a send slot, or being sent), the margin point, set
+//!   once when the renewal comes due.
 //!
 //! So the signal fires at the margin point when the last renewal failed, and also when a
-//! renewal is still unanswered then, without waiting for the backend to give up. One grace: a
-//! first attempt after a confirmation is always given a retry interval to be answered, even if
-//! that reaches past the margin point (but never past the end of validity). Renewals at the
-//! cadence are sent long before the margin point, so this only matters for one that comes due
-//! close to it — a lease kept late in its life, a runtime that was starved, a cadence that
-//! reaches past the margin point — which would otherwise be given up on before it could be
-//! answered. A retry after a failure gets no grace. A lease found with no validity left at all
-//! gets no renewal: the signal fires at once, [`LossReason::Expired`].
+//! renewal is still queued or unanswered then, without waiting for the backend to give up. A
+//! task that wakes past the margin point (a starved runtime) fires the signal at once, and so
+//! does a lease kept with no more than the margin left: nothing sent then could be confirmed
+//! in time. After a failure, a retry follows a retry interval later, as long as it can still
+//! be sent a retry interval before the margin point; after that the signal waits for the
+//! margin point. A lease found with no validity left at all fires [`LossReason::Expired`].
 //!
 //! Due renewals are sent concurrently, at most [`KeepAliveSettings::with_max_in_flight`] at
 //! once and the rest in the order they came due, so that they pipeline over the backend's
@@ -67,17 +66,27 @@ use crate::outcome::{ReleaseOutcome, RenewOutcome};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LossReason {
-    /// The server said another grant holds the key, or that it is gone.
+    /// The server said another grant holds the key, or that it is gone (the handle is
+    /// `Lost`, perhaps already when it was kept).
     LostToAnother,
-    /// The lease was released.
+    /// The lease was released: by [`KeptLease::release`], or through its handle or a replayed
+    /// handle on the same state, which the watchdog sees when the lease's next renewal comes
+    /// due (no renewal is sent then).
     Released,
     /// The local validity ran out before a renewal could be confirmed (e.g. a starved runtime).
     Expired,
-    /// Renewals kept failing or going unanswered until only the safety margin was left.
+    /// Renewals kept failing or going unanswered until only the safety margin was left (or
+    /// the lease was kept with no more than that left); or the release by
+    /// [`KeptLease::release`] was not applied or went unanswered, so the lease is neither
+    /// renewed nor known to be released.
     Unreachable,
     /// The watchdog stopped renewing the lease: the runtime its task ran on shut down, or the
     /// backend panicked while renewing it.
     WatchdogStopped,
+    /// The [`KeptLease`] was dropped without being released (or while its release was under
+    /// way): nothing renews the lease any more, though the server keeps it until its TTL
+    /// runs out.
+    Dropped,
 }
 
 /// Fires once, with a reason, when a kept lease's work must stop. Clones share the signal.
@@ -140,7 +149,8 @@ impl KeepAliveSettings {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidSetting`] if out of range.
+    /// [`ErrorKind::InvalidSetting`] if out of range, or if with the margin divisor already
+    /// set there is no room for a retry (see [`with_margin_divisor`](Self::with_margin_divisor)).
     pub fn with_cadence_divisor(mut self, divisor: u32) -> Result<Self, Error> {
         if !(2..=100).contains(&divisor) {
             return Err(Error::new(
@@ -149,15 +159,20 @@ impl KeepAliveSettings {
             ));
         }
         self.cadence_divisor = divisor;
-        Ok(self)
+        self.check_room()
     }
 
     /// Sets the safety margin: the signal fires when renewals keep failing and TTL / `divisor`
     /// of validity is left (2 to 100; default 5).
     ///
+    /// The cadence, a retry interval (cadence / 4) and the margin must add up to less than
+    /// the TTL, so that a renewal at the cadence that fails leaves room for a retry, answered
+    /// before the margin point: only a cadence and a margin of TTL / 2 each are refused.
+    ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidSetting`] if out of range.
+    /// [`ErrorKind::InvalidSetting`] if out of range, or if with the cadence divisor already
+    /// set there is no room for a retry.
     pub fn with_margin_divisor(mut self, divisor: u32) -> Result<Self, Error> {
         if !(2..=100).contains(&divisor) {
             return Err(Error::new(
@@ -166,7 +181,48 @@ impl KeepAliveSettings {
             ));
         }
         self.margin_divisor = divisor;
-        Ok(self)
+        self.check_room()
+    }
+
+    /// Returns the settings if the cadence, a retry interval and the margin add up to less
+    /// than the TTL: TTL / c + TTL / 4c + TTL / m < TTL, that is 5m + 4c < 4cm.
+    fn check_room(self) -> Result<Self, Error> {
+        let (c, m) = (
+            u64::from(self.cadence_divisor),
+            u64::from(self.margin_divisor),
+        );
+        if 5 * m + 4 * c < 4 * c * m {
+            Ok(self)
+        } else {
+            Err(Error::new(
+                ErrorKind::InvalidSetting,
+                format!(
+                    "a cadence of TTL / {c} and a margin of TTL / {m} leave no room for a retry \
+                     before the margin point"
+                ),
+            ))
+        }
+    }
+
+    /// Checks that a lease of `ttl`, whose validity after each renewal is `ttl - drift`, can
+    /// be kept: that validity must be more than the cadence, a retry interval and the margin
+    /// together, or a failed renewal could not be retried in time (and with less than the
+    /// margin and a retry interval, every renewal would be due at once, for ever).
+    fn check_lease(&self, ttl: Duration, drift: Duration) -> Result<(), Error> {
+        let validity = ttl.saturating_sub(drift);
+        let (cadence, retry, margin) = (self.cadence(ttl), self.retry(ttl), self.margin(ttl));
+        if validity > cadence + retry + margin {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::InvalidSetting,
+            format!(
+                "a lease with TTL {ttl:?} and drift budget {drift:?} is valid for {validity:?} \
+                 after a renewal, not more than the cadence ({cadence:?}), a retry interval \
+                 ({retry:?}) and the margin ({margin:?}): a longer TTL or other watchdog \
+                 settings are needed"
+            ),
+        ))
     }
 
     /// Sets how many leases the watchdog keeps at most (1 to 10,000,000; default 100,000).
@@ -221,17 +277,22 @@ impl KeepAliveSettings {
         (self.cadence(ttl) / 4).max(Duration::from_millis(1))
     }
 
-    /// How long, with `remaining` validity, the signal waits for a due renewal to be
-    /// confirmed: until the margin point. A first attempt after a confirmation gets at least a
-    /// retry interval even if that reaches past the margin point (it may have come due just
-    /// before it: a lease kept late, a starved runtime), but never past the end of validity;
-    /// a retry after a failure gets no such grace.
-    fn patience(&self, ttl: Duration, remaining: Duration, failing: bool) -> Duration {
+    /// How long from now, with `remaining` validity, the next renewal is due: a cadence
+    /// after a confirmation, a retry interval after a failure, but never later than a retry
+    /// interval before the margin point, so that the reply is due before the signal would
+    /// fire. After a failure with no retry interval left before the margin point, no retry
+    /// could be answered in time: the wait is then to the margin point, where the signal fires.
+    fn next_renewal(&self, ttl: Duration, remaining: Duration, failing: bool) -> Duration {
+        let retry = self.retry(ttl);
         let to_margin = remaining.saturating_sub(self.margin(ttl));
-        if failing {
-            to_margin
+        let latest = to_margin.saturating_sub(retry);
+        if !failing {
+            self.cadence(ttl).min(latest)
+        } else if to_margin > retry {
+            retry.min(latest)
         } else {
-            to_margin.max(self.retry(ttl)).min(remaining)
+            // Also what keeps a backend that fails at once from being retried in a tight loop.
+            to_margin
         }
     }
 }
@@ -283,11 +344,13 @@ enum Command {
 }
 
 /// A kept lease's place in the watchdog: dropping it tells the task to forget the lease (if
-/// `stop` did not already), then frees the slot. In that order, so that a registration made
-/// with the freed slot always reaches the task after the forgetting.
+/// `stop` did not already), fires the signal, then frees the slot. In that order, so that a
+/// registration made with the freed slot always reaches the task after the forgetting.
 struct Registration {
     id: u64,
+    /// The task was told to forget the lease, or never knew it.
     stopped: bool,
+    signal: LossSignal,
     runner: Arc<Runner>,
     _slot: OwnedSemaphorePermit,
 }
@@ -306,14 +369,20 @@ impl Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         self.stop();
+        // Nothing renews the lease from here on: work still holding a clone of the signal
+        // must be told. After a completed release the signal has fired already, with the
+        // release's reason, and the first reason stays.
+        self.signal.fire(LossReason::Dropped);
     }
 }
 
 /// A lease kept alive by a [`Watchdog`].
+///
+/// Dropping it stops its renewals and fires its signal ([`LossReason::Dropped`]); the lease
+/// stays held on the server until its TTL runs out.
 #[must_use = "dropping a kept lease stops its renewals and leaves it held until its TTL runs out; call `release().await`"]
 pub struct KeptLease<B: LeaseBackend> {
     handle: LeaseHandle<B>,
-    signal: LossSignal,
     registration: Registration,
 }
 
@@ -321,7 +390,7 @@ impl<B: LeaseBackend> fmt::Debug for KeptLease<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeptLease")
             .field("handle", &self.handle)
-            .field("lost", &self.signal.reason())
+            .field("lost", &self.registration.signal.reason())
             .finish()
     }
 }
@@ -334,18 +403,37 @@ impl<B: LeaseBackend> KeptLease<B> {
 
     /// Returns the loss signal.
     pub fn signal(&self) -> &LossSignal {
-        &self.signal
+        &self.registration.signal
     }
 
     /// Stops renewing and releases the lease. No renewal is sent after the release.
     ///
+    /// The signal then fires with the outcome's reason: [`LossReason::Released`] for
+    /// `Released` and `AlreadyGone`, [`LossReason::LostToAnother`] for `NotOwner`, and
+    /// [`LossReason::Unreachable`] for `Indeterminate`, `Unavailable` and `Overloaded` (the
+    /// lease is then neither renewed nor known to be released). The handle is dropped: to try
+    /// a release that was not applied again, use
+    /// [`release_returning_handle`](Self::release_returning_handle).
+    ///
     /// # Cancel safety
     ///
-    /// As [`LeaseHandle::release`]; renewals are stopped either way.
+    /// As [`LeaseHandle::release`]; renewals are stopped either way, and a release cut short
+    /// fires the signal with [`LossReason::Dropped`].
     pub async fn release(self) -> ReleaseOutcome {
+        self.release_returning_handle().await.0
+    }
+
+    /// As [`release`](Self::release), and gives the handle back: after `Unavailable` or
+    /// `Overloaded` (not applied) the lease is still held, and
+    /// [`LeaseHandle::release`] can be called again. Renewals stay stopped (the handle
+    /// refuses them once a release has started).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`release`](Self::release).
+    pub async fn release_returning_handle(self) -> (ReleaseOutcome, LeaseHandle<B>) {
         let KeptLease {
             handle,
-            signal,
             mut registration,
         } = self;
         // Stop first, so the watchdog starts no renewal of it after this. A renewal already
@@ -354,9 +442,9 @@ impl<B: LeaseBackend> KeptLease<B> {
         // registration keeps the task running until then, even if it is the last one.
         registration.stop();
         let outcome = handle.release().await;
-        signal.fire(LossReason::Released);
+        registration.signal.fire(release_reason(&outcome));
         drop(registration);
-        outcome
+        (outcome, handle)
     }
 }
 
@@ -385,13 +473,18 @@ impl Watchdog {
         &self.settings
     }
 
-    /// Starts keeping `handle` alive. The first renewal is due a cadence from now, or at once
-    /// if the handle's remaining validity is already down to the margin.
+    /// Starts keeping `handle` alive. The first renewal is due a cadence from now, or sooner
+    /// if that is needed for it to be sent a retry interval before the margin point; if the
+    /// handle's remaining validity is already down to the margin, the signal fires at once.
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::WatchdogFull`] if it keeps as many leases as it may; the handle is given
-    /// back with the error, still held.
+    /// The handle is given back with the error, still held:
+    ///
+    /// - [`ErrorKind::InvalidSetting`] if the handle's validity after a renewal (its TTL less
+    ///   its drift budget) is not more than the cadence, a retry interval and the margin
+    ///   together: a failed renewal could not be retried before the signal fires;
+    /// - [`ErrorKind::WatchdogFull`] if it keeps as many leases as it may.
     ///
     /// # Panics
     ///
@@ -401,6 +494,9 @@ impl Watchdog {
         &self,
         handle: LeaseHandle<B>,
     ) -> Result<KeptLease<B>, (Error, LeaseHandle<B>)> {
+        if let Err(error) = self.settings.check_lease(handle.ttl(), handle.drift()) {
+            return Err((error, handle));
+        }
         let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
             let error = Error::new(
                 ErrorKind::WatchdogFull,
@@ -414,22 +510,34 @@ impl Watchdog {
         let runner = self.runner();
         let id = runner.next_id.fetch_add(1, Ordering::Relaxed);
         let signal = LossSignal::default();
-        let keep = Command::Keep {
-            id,
-            lease: handle.renewable(),
-            signal: signal.clone(),
+        let lease = handle.renewable();
+        // A handle already lost or released, or with no more than the margin left, cannot be
+        // kept: its work is told before `keep` returns, and the task never sees it.
+        let stopped = match must_fire(&self.settings, lease.as_ref()) {
+            Some(reason) => {
+                signal.fire(reason);
+                true
+            }
+            None => {
+                let keep = Command::Keep {
+                    id,
+                    lease,
+                    signal: signal.clone(),
+                };
+                if runner.commands.send(keep).is_err() {
+                    // The task ended since `runner()` looked (its runtime is shutting down):
+                    // nothing will renew this lease, and its work must know.
+                    signal.fire(LossReason::WatchdogStopped);
+                }
+                false
+            }
         };
-        if runner.commands.send(keep).is_err() {
-            // The task ended since `runner()` looked (its runtime is shutting down): nothing
-            // will renew this lease, and its work must know.
-            signal.fire(LossReason::WatchdogStopped);
-        }
         Ok(KeptLease {
             handle,
-            signal,
             registration: Registration {
                 id,
-                stopped: false,
+                stopped,
+                signal,
                 runner,
                 _slot: slot,
             },
@@ -459,7 +567,8 @@ impl Watchdog {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::WatchdogFull`], before the work starts; the lease is released then.
+    /// As [`keep`](Self::keep) ([`ErrorKind::InvalidSetting`], [`ErrorKind::WatchdogFull`]),
+    /// before the work starts; the lease is released then.
     ///
     /// # Cancel safety
     ///
@@ -477,7 +586,7 @@ impl Watchdog {
                 return Err(error);
             }
         };
-        let signal = kept.signal.clone();
+        let signal = kept.signal().clone();
         let result = tokio::select! {
             output = work => Ok(output),
             reason = signal.lost() => Err(reason),
@@ -490,18 +599,12 @@ impl Watchdog {
 /// Where a kept lease stands in the watchdog, and so what its timer-wheel slot means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    /// Between renewals. The slot holds the next renewal or the margin point, whichever is
-    /// first. `failing`: the last renewal failed or went unanswered.
-    Waiting { failing: bool },
-    /// A renewal is due: queued for a send slot, or `sending`. The slot holds the instant the
-    /// signal fires unless a confirmation comes first: when the remaining validity falls to
-    /// `floor` (the margin, or less for a first attempt sent close to the margin point; see
-    /// `KeepAliveSettings::patience`).
-    Due {
-        failing: bool,
-        sending: bool,
-        floor: Duration,
-    },
+    /// Between renewals. The slot holds the next renewal.
+    Waiting,
+    /// A renewal is due: queued for a send slot, or `sending`. The slot holds the margin
+    /// point, set once when the renewal came due: the signal fires then unless a
+    /// confirmation comes first.
+    Due { sending: bool },
     /// The signal fired; nothing more is sent. The entry stays until the lease is dropped.
     Done,
 }
@@ -513,6 +616,17 @@ struct Entry {
     /// The lease's one slot in the timer wheel, while it has one.
     timer: Option<delay_queue::Key>,
     phase: Phase,
+}
+
+impl Entry {
+    fn new(lease: Arc<dyn Renewable>, signal: LossSignal) -> Self {
+        Self {
+            lease,
+            signal,
+            timer: None,
+            phase: Phase::Waiting,
+        }
+    }
 }
 
 /// A renewal being sent, tagged with its lease.
@@ -568,16 +682,20 @@ impl Keeper {
     }
 
     async fn run(mut self) {
-        loop {
-            match poll_fn(|cx| self.poll_event(cx)).await {
-                Event::Command(Some(command)) => self.command(command),
-                // Every sender is gone, so every lease was stopped: nothing is left to keep.
-                Event::Command(None) => return,
-                Event::Timer(id) => self.timer_fired(id),
-                Event::Sent(id, outcome) => self.sent(id, outcome),
-            }
-            self.send_due();
+        while self.step().await {}
+    }
+
+    /// Waits for the next event and handles it; false once nothing is left to keep.
+    async fn step(&mut self) -> bool {
+        match poll_fn(|cx| self.poll_event(cx)).await {
+            Event::Command(Some(command)) => self.command(command),
+            // Every sender is gone, so every lease was stopped: nothing is left to keep.
+            Event::Command(None) => return false,
+            Event::Timer(id) => self.timer_fired(id),
+            Event::Sent(id, outcome) => self.sent(id, outcome),
         }
+        self.send_due();
+        true
     }
 
     fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Event> {
@@ -601,15 +719,7 @@ impl Keeper {
     fn command(&mut self, command: Command) {
         match command {
             Command::Keep { id, lease, signal } => {
-                self.leases.insert(
-                    id,
-                    Entry {
-                        lease,
-                        signal,
-                        timer: None,
-                        phase: Phase::Waiting { failing: false },
-                    },
-                );
+                self.leases.insert(id, Entry::new(lease, signal));
                 self.wait(id, false);
             }
             Command::Stop(id) => {
@@ -621,67 +731,74 @@ impl Keeper {
                 }
                 // Its id may still be in `ready` (skipped there), and a renewal of it may be
                 // in flight: that one finishes — a release waits for it — and is ignored.
+                self.prune_ready();
             }
         }
     }
 
-    /// Puts the lease between renewals: the next one is a cadence away (a retry interval if
-    /// `failing`), but never later than the margin point.
+    /// Drops from `ready` the ids of leases no longer queued, once they could be most of it.
+    ///
+    /// A lease stopped or fired while queued leaves its id there, skipped when it is popped;
+    /// but while every send slot is taken (renewals that hang), nothing is popped, and with
+    /// leases kept and dropped meanwhile the ids would pile up without bound. Each lease in
+    /// the map has at most one id in `ready`, so past twice their number at least half are
+    /// stale: pruning then costs O(1) amortized per stop.
+    fn prune_ready(&mut self) {
+        if self.ready.len() > 2 * self.leases.len() + 64 {
+            let leases = &self.leases;
+            self.ready.retain(|id| {
+                leases
+                    .get(id)
+                    .is_some_and(|e| e.phase == Phase::Due { sending: false })
+            });
+        }
+    }
+
+    /// Puts the lease between renewals; see `KeepAliveSettings::next_renewal`.
     fn wait(&mut self, id: u64, failing: bool) {
         let Some(entry) = self.leases.get_mut(&id) else {
             return;
         };
         let ttl = entry.lease.ttl();
-        let next = if failing {
-            self.settings.retry(ttl)
-        } else {
-            self.settings.cadence(ttl)
-        };
-        let to_margin = entry
-            .lease
-            .remaining_validity()
-            .saturating_sub(self.settings.margin(ttl));
-        entry.phase = Phase::Waiting { failing };
-        set_timer(&mut self.timers, id, entry, next.min(to_margin));
+        let after = self
+            .settings
+            .next_renewal(ttl, entry.lease.remaining_validity(), failing);
+        entry.phase = Phase::Waiting;
+        set_timer(&mut self.timers, id, entry, after);
     }
 
     fn timer_fired(&mut self, id: u64) {
         let Some(entry) = self.leases.get_mut(&id) else {
             return;
         };
+        // The wheel has let go of the expired slot.
         entry.timer = None;
-        let ttl = entry.lease.ttl();
-        let remaining = entry.lease.remaining_validity();
-        match entry.phase {
-            Phase::Waiting { failing } => {
-                if remaining.is_zero() || (failing && remaining <= self.settings.margin(ttl)) {
-                    let reason = margin_reason(entry.lease.as_ref());
-                    self.fire(id, reason);
-                    return;
-                }
-                let patience = self.settings.patience(ttl, remaining, failing);
-                entry.phase = Phase::Due {
-                    failing,
-                    sending: false,
-                    floor: remaining - patience,
-                };
-                set_timer(&mut self.timers, id, entry, patience);
-                self.ready.push_back(id);
-            }
-            Phase::Due { floor, .. } => {
-                if remaining <= floor {
-                    // Unconfirmed in time: stop the work now, whether the renewal is still
-                    // queued or being sent. It may yet succeed; the signal cannot wait.
-                    let reason = margin_reason(entry.lease.as_ref());
-                    self.fire(id, reason);
-                } else {
-                    // Woken before the lease's own clock got there (the wheel runs on tokio's
-                    // clock, validity on the handle's): look again when it should have.
-                    set_timer(&mut self.timers, id, entry, remaining - floor);
-                }
-            }
-            Phase::Done => {}
+        if entry.phase == Phase::Done {
+            return;
         }
+        if let Some(reason) = must_fire(&self.settings, entry.lease.as_ref()) {
+            // At the margin point, or woken past it (a starved runtime): stop the work now,
+            // whether a renewal is still queued, being sent, or not yet due. It may yet
+            // succeed; the signal cannot wait.
+            return self.fire(id, reason);
+        }
+        let Some(entry) = self.leases.get_mut(&id) else {
+            return;
+        };
+        let ttl = entry.lease.ttl();
+        // Until the margin point (set once here, never pushed back when the renewal is sent):
+        // for a renewal coming due, its time to be answered; for one already due and woken
+        // before the lease's own clock got there (the wheel runs on tokio's clock, validity
+        // on the handle's), the rest of that time.
+        let to_margin = entry
+            .lease
+            .remaining_validity()
+            .saturating_sub(self.settings.margin(ttl));
+        if entry.phase == Phase::Waiting {
+            entry.phase = Phase::Due { sending: false };
+            self.ready.push_back(id);
+        }
+        set_timer(&mut self.timers, id, entry, to_margin);
     }
 
     fn sent(&mut self, id: u64, outcome: Option<RenewOutcome>) {
@@ -702,15 +819,12 @@ impl Keeper {
             }) => LossReason::LostToAnother,
             Some(RenewOutcome::Refused { .. }) => LossReason::Released,
             None => LossReason::WatchdogStopped,
-            // Failed, indeterminate or overloaded: nothing is proven either way. Retry soon
-            // while validity above the margin remains; once it is down to the margin, stop.
-            Some(_) => {
-                let margin = self.settings.margin(entry.lease.ttl());
-                if entry.lease.remaining_validity() > margin {
-                    return self.wait(id, true);
-                }
-                margin_reason(entry.lease.as_ref())
-            }
+            // Failed, indeterminate or overloaded: nothing is proven either way. Retry while
+            // validity above the margin remains; once it is down to the margin, stop.
+            Some(_) => match must_fire(&self.settings, entry.lease.as_ref()) {
+                Some(reason) => reason,
+                None => return self.wait(id, true),
+            },
         };
         self.fire(id, reason);
     }
@@ -722,33 +836,22 @@ impl Keeper {
                 return;
             };
             // Stopped, or fired while it waited: skip it.
-            let Some(entry) = self.leases.get_mut(&id) else {
+            let Some(entry) = self.leases.get(&id) else {
                 continue;
             };
-            let Phase::Due {
-                failing,
-                sending: false,
-                ..
-            } = entry.phase
-            else {
+            if entry.phase != (Phase::Due { sending: false }) {
                 continue;
-            };
-            let ttl = entry.lease.ttl();
-            let remaining = entry.lease.remaining_validity();
-            if remaining.is_zero() || (failing && remaining <= self.settings.margin(ttl)) {
+            }
+            if let Some(reason) = must_fire(&self.settings, entry.lease.as_ref()) {
                 // Its time ran out while it queued (its timer would say so next).
-                let reason = margin_reason(entry.lease.as_ref());
                 self.fire(id, reason);
                 continue;
             }
-            // The wait for the answer counts from the send, not from when it came due.
-            let patience = self.settings.patience(ttl, remaining, failing);
-            entry.phase = Phase::Due {
-                failing,
-                sending: true,
-                floor: remaining - patience,
+            let Some(entry) = self.leases.get_mut(&id) else {
+                continue;
             };
-            set_timer(&mut self.timers, id, entry, patience);
+            // The slot keeps the margin point it was given when the renewal came due.
+            entry.phase = Phase::Due { sending: true };
             self.sending.push(Sending {
                 id,
                 renewal: Arc::clone(&entry.lease).renew(),
@@ -775,17 +878,7 @@ impl Drop for Keeper {
         while let Ok(command) = self.commands.try_recv() {
             match command {
                 Command::Keep { id, lease, signal } => {
-                    let phase = Phase::Waiting { failing: false };
-                    let timer = None;
-                    self.leases.insert(
-                        id,
-                        Entry {
-                            lease,
-                            signal,
-                            timer,
-                            phase,
-                        },
-                    );
+                    self.leases.insert(id, Entry::new(lease, signal));
                 }
                 Command::Stop(id) => {
                     self.leases.remove(&id);
@@ -811,11 +904,100 @@ fn set_timer(timers: &mut DelayQueue<u64>, id: u64, entry: &mut Entry, after: Du
     }
 }
 
-/// Why the signal fires when the margin is reached unconfirmed.
+/// Returns why the signal must fire now, if it must: the lease's remaining validity is down
+/// to the margin without a confirmation to extend it.
+fn must_fire(settings: &KeepAliveSettings, lease: &dyn Renewable) -> Option<LossReason> {
+    (lease.remaining_validity() <= settings.margin(lease.ttl())).then(|| margin_reason(lease))
+}
+
+/// Why the signal fires after [`KeptLease::release`] returned `outcome`.
+fn release_reason(outcome: &ReleaseOutcome) -> LossReason {
+    match outcome {
+        ReleaseOutcome::Released
+        | ReleaseOutcome::AlreadyGone
+        | ReleaseOutcome::Refused {
+            state: LeaseState::Released,
+        } => LossReason::Released,
+        ReleaseOutcome::NotOwner | ReleaseOutcome::Refused { .. } => LossReason::LostToAnother,
+        // Not applied, or not known to be: neither renewed any more nor known to be released.
+        ReleaseOutcome::Indeterminate(_)
+        | ReleaseOutcome::Unavailable(_)
+        | ReleaseOutcome::Overloaded => LossReason::Unreachable,
+    }
+}
+
+/// Why the signal fires for a lease whose remaining validity is down to the margin (or to
+/// nothing), from what its handle has recorded: a lease released or lost through its handle
+/// (or through a replayed handle, which shares its state) is not merely unconfirmed.
 fn margin_reason(lease: &dyn Renewable) -> LossReason {
-    if lease.state() == LeaseState::Expired {
-        LossReason::Expired
-    } else {
-        LossReason::Unreachable
+    match lease.state() {
+        LeaseState::Lost => LossReason::LostToAnother,
+        LeaseState::Released => LossReason::Released,
+        LeaseState::Expired => LossReason::Expired,
+        _ => LossReason::Unreachable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lease whose renewals never complete, valid for 2.96 s from when it was made.
+    struct Hanging {
+        valid_until: Instant,
+    }
+
+    impl Renewable for Hanging {
+        fn ttl(&self) -> Duration {
+            Duration::from_secs(3)
+        }
+        fn state(&self) -> LeaseState {
+            LeaseState::Active
+        }
+        fn remaining_validity(&self) -> Duration {
+            self.valid_until.saturating_duration_since(Instant::now())
+        }
+        fn renew(self: Arc<Self>) -> RenewFuture {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    fn hanging() -> Arc<dyn Renewable> {
+        Arc::new(Hanging {
+            valid_until: Instant::now() + Duration::from_millis(2_960),
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_ids_of_leases_stopped_while_queued_do_not_pile_up() {
+        let settings = KeepAliveSettings::default().with_max_in_flight(1).unwrap();
+        let (commands, received) = mpsc::unbounded_channel();
+        let mut keeper = Keeper::new(settings, received);
+        let keep = |id| Command::Keep {
+            id,
+            lease: hanging(),
+            signal: LossSignal::default(),
+        };
+        // Lease 0's renewal is sent at 1 s and never completes: the one send slot stays busy.
+        commands.send(keep(0)).unwrap();
+        while keeper.sending.is_empty() {
+            assert!(keeper.step().await);
+        }
+        // Then 1,000 leases are kept, come due, queue behind it, and are dropped.
+        for id in 1..=1_000 {
+            commands.send(keep(id)).unwrap();
+            while keeper.leases.get(&id).map(|e| e.phase) != Some(Phase::Due { sending: false }) {
+                assert!(keeper.step().await);
+            }
+            commands.send(Command::Stop(id)).unwrap();
+            while keeper.leases.contains_key(&id) {
+                assert!(keeper.step().await);
+            }
+        }
+        assert!(
+            keeper.ready.len() <= 100,
+            "{} ids queued",
+            keeper.ready.len()
+        );
     }
 }

@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use leasehold::sim::{Fault, RequestKind, SimBackend, SimServer};
 use leasehold::{
-    AcquireOutcome, Clock, KeepAliveSettings, LeaseClient, LeaseHandle, LeaseState, LossReason,
-    MonotonicInstant, OperationId, Purpose, ReleaseOutcome, ResourceDigest, TokioClock, Watchdog,
+    AcquireOutcome, Clock, DriftBudget, ErrorKind, KeepAliveSettings, LeaseClient, LeaseHandle,
+    LeaseState, LossReason, LossSignal, MonotonicInstant, OperationId, Purpose, ReleaseOutcome,
+    ResourceDigest, TokioClock, Watchdog,
 };
 use tokio::time::sleep;
 
@@ -95,8 +96,37 @@ async fn acquire(
     }
 }
 
+/// Acquires `resource` with a client of any backend, on the default purpose and TTL.
+async fn acquire_from<B: leasehold::LeaseBackend>(
+    client: &LeaseClient<B>,
+    resource: &str,
+) -> LeaseHandle<B> {
+    let attempt = client.new_attempt(OperationId::new("op").unwrap()).unwrap();
+    let request = client
+        .request(
+            Purpose::new("p").unwrap(),
+            ResourceDigest::of(resource),
+            attempt,
+            TTL,
+        )
+        .unwrap();
+    client
+        .try_acquire(&request)
+        .await
+        .into_handle()
+        .expect("not acquired")
+}
+
 fn since(at: MonotonicInstant) -> Duration {
     at.since_origin()
+}
+
+/// Waits for the signal, for at most 10 s of virtual time (a signal that never fires would
+/// otherwise let paused time run on for ever).
+async fn fired(signal: &LossSignal) -> LossReason {
+    tokio::time::timeout(ms(10_000), signal.lost())
+        .await
+        .expect("the signal never fired")
 }
 
 #[tokio::test(start_paused = true)]
@@ -298,6 +328,263 @@ async fn a_release_waits_for_a_renewal_being_sent() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_release_through_the_handle_or_a_replayed_handle_fires_released() {
+    for through_replay in [false, true] {
+        let world = World::new(COMMAND_TIMEOUT);
+        let attempt = world
+            .client
+            .new_attempt(OperationId::new("op").unwrap())
+            .unwrap();
+        let request = world
+            .client
+            .request(
+                Purpose::new("p").unwrap(),
+                ResourceDigest::of("r"),
+                attempt,
+                TTL,
+            )
+            .unwrap();
+        let handle = world
+            .client
+            .try_acquire(&request)
+            .await
+            .into_handle()
+            .unwrap();
+        let kept = Watchdog::default()
+            .keep(handle)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        world.until(ms(1_500)).await;
+        let outcome = if through_replay {
+            // A replay of the same request: a handle on the same state.
+            let AcquireOutcome::Replayed(replayed) = world.client.try_acquire(&request).await
+            else {
+                panic!("not replayed");
+            };
+            replayed.release().await
+        } else {
+            kept.handle().release().await
+        };
+        assert_eq!(outcome, ReleaseOutcome::Released);
+        // Seen when its next renewal comes due, at 2 s; nothing is sent for it.
+        assert_eq!(fired(kept.signal()).await, LossReason::Released);
+        assert_eq!(world.now(), ms(2_000));
+        sleep(ms(5_000)).await;
+        assert_release_is_last(&world);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn keeping_a_lost_or_released_handle_fires_at_once_with_its_reason() {
+    for (release, reason) in [
+        (false, LossReason::LostToAnother),
+        (true, LossReason::Released),
+    ] {
+        let world = World::new(COMMAND_TIMEOUT);
+        let handle = world.acquire("r").await;
+        if release {
+            assert_eq!(handle.release().await, ReleaseOutcome::Released);
+        } else {
+            world.server.delete(handle.purpose(), handle.resource());
+            assert!(matches!(
+                handle.renew().await,
+                leasehold::RenewOutcome::Lost(_)
+            ));
+        }
+        let kept = Watchdog::default()
+            .keep(handle)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        // Before `keep` returned.
+        assert_eq!(kept.signal().reason(), Some(reason));
+        sleep(ms(5_000)).await;
+        assert_eq!(world.sent(RequestKind::Renew).len(), usize::from(!release));
+    }
+}
+
+#[test]
+fn settings_that_leave_no_room_for_a_retry_are_refused() {
+    // Cadence TTL / 2 and margin TTL / 2: a renewal at the cadence is due at the margin point
+    // already, so one failure would fire the signal with no retry. Refused in either order.
+    let error = KeepAliveSettings::default()
+        .with_cadence_divisor(2)
+        .unwrap()
+        .with_margin_divisor(2)
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidSetting);
+    let error = KeepAliveSettings::default()
+        .with_margin_divisor(2)
+        .unwrap()
+        .with_cadence_divisor(2)
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidSetting);
+    // TTL / 2 + a retry interval (TTL / 8) + TTL / 3 < TTL: room for one retry.
+    assert!(
+        KeepAliveSettings::default()
+            .with_cadence_divisor(2)
+            .unwrap()
+            .with_margin_divisor(3)
+            .is_ok()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_whose_validity_leaves_no_room_for_a_retry_is_refused() {
+    // A drift budget of 2.3 s leaves a 3 s lease 700 ms of validity after each renewal, less
+    // than its margin (600 ms) and a retry interval (250 ms): every renewal would be due at
+    // once, in an endless loop. A 20 ms lease, less its drift (10.2 ms), is not valid for a
+    // cadence (6.7 ms), a retry interval (1.7 ms) and the margin (4 ms) either.
+    for (drift, ttl) in [
+        (DriftBudget::new(ms(2_300), 0).unwrap(), TTL),
+        (DriftBudget::default(), ms(20)),
+    ] {
+        let clock = TokioClock::new();
+        let server = SimServer::with_clock(clock);
+        let client = LeaseClient::new(server.connect(COMMAND_TIMEOUT))
+            .with_clock(clock)
+            .with_drift_budget(drift);
+        let attempt = client.new_attempt(OperationId::new("op").unwrap()).unwrap();
+        let request = client
+            .request(
+                Purpose::new("p").unwrap(),
+                ResourceDigest::of("r"),
+                attempt,
+                ttl,
+            )
+            .unwrap();
+        let handle = client.try_acquire(&request).await.into_handle().unwrap();
+        let (error, handle) = Watchdog::default().keep(handle).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::InvalidSetting, "{error}");
+        assert!(error.is_invalid_input());
+        // The handle is given back, still held, and nothing was sent for it.
+        assert_eq!(handle.release().await, ReleaseOutcome::Released);
+        assert_eq!(client.backend().sent().len(), 2);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_signal_after_a_release_follows_its_outcome() {
+    // Lost meanwhile (the key deleted and granted to another): `NotOwner`.
+    let world = World::new(COMMAND_TIMEOUT);
+    let kept = Watchdog::default()
+        .keep(world.acquire("r").await)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let signal = kept.signal().clone();
+    world.until(ms(1_400)).await;
+    world
+        .server
+        .delete(kept.handle().purpose(), kept.handle().resource());
+    let other = LeaseClient::new(world.server.connect(COMMAND_TIMEOUT)).with_clock(world.clock);
+    let _theirs = acquire(&other, "r", "theirs").await;
+    assert_eq!(kept.release().await, ReleaseOutcome::NotOwner);
+    assert_eq!(signal.reason(), Some(LossReason::LostToAnother));
+
+    // The reply lost: the key may or may not be gone.
+    let world = World::new(COMMAND_TIMEOUT);
+    let kept = Watchdog::default()
+        .keep(world.acquire("r").await)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let signal = kept.signal().clone();
+    world.until(ms(1_400)).await;
+    world.backend().inject(Fault::LoseReply);
+    assert!(matches!(
+        kept.release().await,
+        ReleaseOutcome::Indeterminate(_)
+    ));
+    assert_eq!(signal.reason(), Some(LossReason::Unreachable));
+}
+
+/// A backend whose first release is refused (`Unavailable`, not applied); renewals succeed.
+#[derive(Debug, Default)]
+struct ReleaseRefusedOnce {
+    releases: std::sync::atomic::AtomicUsize,
+}
+
+impl leasehold::LeaseBackend for ReleaseRefusedOnce {
+    async fn acquire(&self, request: &leasehold::LeaseRequest) -> leasehold::AcquireReply {
+        leasehold::AcquireReply::Granted(leasehold::GrantReply::new(
+            leasehold::FenceToken::MIN,
+            request.ttl(),
+        ))
+    }
+    async fn renew(&self, grant: &leasehold::Grant) -> leasehold::RenewReply {
+        leasehold::RenewReply::Renewed {
+            server_ttl: grant.ttl(),
+        }
+    }
+    async fn release(&self, _: &leasehold::Grant) -> leasehold::ReleaseReply {
+        if self
+            .releases
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            == 0
+        {
+            leasehold::ReleaseReply::Failed(leasehold::Failure::Unavailable(
+                leasehold::Unavailable::new(leasehold::UnavailableCause::ConnectionRefused, "no"),
+            ))
+        } else {
+            leasehold::ReleaseReply::Released
+        }
+    }
+    async fn inspect(
+        &self,
+        _: &Purpose,
+        _: &ResourceDigest,
+        _: Option<&leasehold::Attempt>,
+    ) -> leasehold::InspectOutcome {
+        leasehold::InspectOutcome::Free
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_that_was_not_applied_can_be_tried_again_with_the_handle() {
+    let clock = TokioClock::new();
+    let client = LeaseClient::new(ReleaseRefusedOnce::default()).with_clock(clock);
+    let kept = Watchdog::default()
+        .keep(acquire_from(&client, "r").await)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let signal = kept.signal().clone();
+    sleep(ms(1_500)).await;
+    let (outcome, handle) = kept.release_returning_handle().await;
+    assert!(
+        matches!(outcome, ReleaseOutcome::Unavailable(_)),
+        "{outcome:?}"
+    );
+    // Neither renewed any more nor released: the work is told, and the lease is still held.
+    assert_eq!(signal.reason(), Some(LossReason::Unreachable));
+    assert_eq!(handle.state(), LeaseState::Active);
+    assert_eq!(handle.release().await, ReleaseOutcome::Released);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_waits_for_a_renewal_whose_request_is_still_on_its_way() {
+    // The renewal sent at 1 s reaches the server only at 1.15 s; the release is asked for at
+    // 1.1 s, when the watchdog has nothing left to stop: the renewal is already sent. Only
+    // the handle's send lock keeps the release from overtaking it on the wire.
+    let world = World::new(COMMAND_TIMEOUT);
+    let kept = Watchdog::default()
+        .keep(world.acquire("r").await)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    world.backend().inject(Fault::DelayRequest(ms(150)));
+    world.until(ms(1_100)).await;
+    assert_eq!(kept.release().await, ReleaseOutcome::Released);
+    assert_eq!(world.sent(RequestKind::Release), vec![ms(1_150)]);
+    // The renewal landed and was confirmed before the release was sent, and the release
+    // deleted the key: nothing of the lease is left on the server.
+    assert!(
+        world
+            .server
+            .stored(&Purpose::new("p").unwrap(), &ResourceDigest::of("r"))
+            .is_none()
+    );
+    sleep(ms(10_000)).await;
+    assert_release_is_last(&world);
+}
+
+#[tokio::test(start_paused = true)]
 async fn dropping_a_kept_lease_stops_its_renewals_and_frees_its_slot() {
     let world = World::new(COMMAND_TIMEOUT);
     let watchdog = Watchdog::new(KeepAliveSettings::default().with_max_leases(1).unwrap());
@@ -305,8 +592,11 @@ async fn dropping_a_kept_lease_stops_its_renewals_and_frees_its_slot() {
         .keep(world.acquire("a").await)
         .map_err(|(e, _)| e)
         .unwrap();
+    let signal = kept.signal().clone();
     world.until(ms(1_500)).await;
     drop(kept);
+    // Work holding the signal is told at once: nothing renews the lease any more.
+    assert_eq!(signal.reason(), Some(LossReason::Dropped));
     // The slot is free at once.
     let again = watchdog
         .keep(world.acquire("b").await)
@@ -337,16 +627,19 @@ async fn dropping_the_watchdog_and_its_leases_stops_the_task() {
         .map_err(|(e, _)| e)
         .unwrap();
     let signal = kept.signal().clone();
+    let tasks = tokio::runtime::Handle::current().metrics();
+    assert_eq!(tasks.num_alive_tasks(), 1);
     world.until(ms(1_500)).await;
     drop(watchdog);
     // Still renewed while the kept lease lives.
     world.until(ms(2_500)).await;
     assert_eq!(world.sent(RequestKind::Renew), vec![ms(1_000), ms(2_000)]);
     drop(kept);
+    assert_eq!(signal.reason(), Some(LossReason::Dropped));
     sleep(ms(10_000)).await;
     assert_eq!(world.sent(RequestKind::Renew), vec![ms(1_000), ms(2_000)]);
-    // Dropped, not lost: the signal is left as it was.
-    assert_eq!(signal.reason(), None);
+    // The task itself has ended, not merely gone quiet.
+    assert_eq!(tasks.num_alive_tasks(), 0);
 }
 
 /// A world with a lease granted at 0 and kept (with `fault` queued for its first renewal) at
@@ -370,45 +663,109 @@ async fn kept_late(
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lease_kept_late_is_renewed_at_once() {
-    // Kept at 2.5 s, with 460 ms of validity left: below the margin, so the first renewal is
-    // sent at once.
-    let (world, kept) = kept_late(COMMAND_TIMEOUT, ms(2_500), None).await;
-    sleep(ms(100)).await;
-    assert_eq!(world.sent(RequestKind::Renew), vec![ms(2_500)]);
-    assert!(!kept.signal().is_lost());
-    assert_eq!(since(kept.handle().valid_until()), ms(2_500) + TTL - DRIFT);
+async fn a_lease_kept_late_is_renewed_a_retry_interval_before_its_margin_point() {
+    // Granted at 0: valid until 2.96 s, margin point 2.36 s. Kept at 1.9 s, its first renewal
+    // is due a retry interval (250 ms) before the margin point, so that its reply is due
+    // before it; kept at 2.2 s, that instant has passed and it is sent at once.
+    for (kept_at, renewed_at) in [(1_900, 2_110), (2_200, 2_200)] {
+        let (world, kept) = kept_late(COMMAND_TIMEOUT, ms(kept_at), None).await;
+        world.until(ms(2_900)).await;
+        assert_eq!(world.sent(RequestKind::Renew), vec![ms(renewed_at)]);
+        assert!(!kept.signal().is_lost(), "{:?}", kept.signal().reason());
+        assert_eq!(
+            since(kept.handle().valid_until()),
+            ms(renewed_at) + TTL - DRIFT
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_first_renewal_sent_near_the_margin_point_gets_time_to_be_answered() {
-    // Kept at 2.34 s, 20 ms before the margin point (2.36 s): its first renewal is due at the
-    // margin point, and answered 100 ms later, within the grace a first attempt gets (a retry
-    // interval, 250 ms).
+async fn a_first_renewal_answered_after_the_margin_point_is_too_late() {
+    // Kept at 2.34 s, 20 ms before the margin point: its first renewal is sent at once and
+    // answered 100 ms later, past the margin point, where the signal has already fired.
     let (world, kept) =
         kept_late(COMMAND_TIMEOUT, ms(2_340), Some(Fault::DelayReply(ms(100)))).await;
-    sleep(ms(1_000)).await;
-    assert!(!kept.signal().is_lost(), "{:?}", kept.signal().reason());
-    assert_eq!(world.sent(RequestKind::Renew), vec![ms(2_360)]);
-    assert_eq!(since(kept.handle().valid_until()), ms(2_360) + TTL - DRIFT);
+    assert_eq!(fired(kept.signal()).await, LossReason::Unreachable);
+    assert_eq!(world.now(), TTL - DRIFT - MARGIN);
+    assert_eq!(world.sent(RequestKind::Renew), vec![ms(2_340)]);
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_late_first_renewal_that_fails_or_hangs_fires_the_signal() {
-    // Kept at 2.5 s and lost: the signal fires when the backend gives up (200 ms).
-    let (world, kept) = kept_late(COMMAND_TIMEOUT, ms(2_500), Some(Fault::LoseRequest)).await;
-    assert_eq!(kept.signal().lost().await, LossReason::Unreachable);
-    assert_eq!(world.now(), ms(2_700));
+async fn a_late_first_renewal_that_fails_or_hangs_fires_the_signal_at_the_margin_point() {
+    // Kept at 2.2 s and sent at once: whether the backend gives up after 200 ms (at 2.4 s) or
+    // would wait 10 s, the signal fires at the margin point, 2.36 s.
+    for timeout in [COMMAND_TIMEOUT, ms(10_000)] {
+        let (world, kept) = kept_late(timeout, ms(2_200), Some(Fault::LoseRequest)).await;
+        assert_eq!(fired(kept.signal()).await, LossReason::Unreachable);
+        assert_eq!(world.now(), TTL - DRIFT - MARGIN, "timeout {timeout:?}");
+        assert_eq!(world.sent(RequestKind::Renew), vec![ms(2_200)]);
+    }
+}
 
-    // The same with a backend that would wait 10 s: the grace (250 ms) ends it first.
-    let (world, kept) = kept_late(ms(10_000), ms(2_500), Some(Fault::LoseRequest)).await;
-    assert_eq!(kept.signal().lost().await, LossReason::Unreachable);
-    assert_eq!(world.now(), ms(2_750));
+#[tokio::test(start_paused = true)]
+async fn a_lease_kept_past_its_margin_point_fires_at_once() {
+    // With 460 ms or 160 ms of validity left (less than the margin), nothing is sent: the work
+    // could not be given the margin to stop in if a renewal failed. With none left, `Expired`.
+    for (kept_at, reason) in [
+        (2_500, LossReason::Unreachable),
+        (2_800, LossReason::Unreachable),
+        (3_000, LossReason::Expired),
+    ] {
+        let (world, kept) = kept_late(ms(10_000), ms(kept_at), None).await;
+        assert_eq!(fired(kept.signal()).await, reason, "kept at {kept_at} ms");
+        assert_eq!(world.now(), ms(kept_at));
+        sleep(ms(1_000)).await;
+        assert_eq!(world.sent(RequestKind::Renew), vec![]);
+    }
+}
 
-    // Kept at 2.8 s, 160 ms from the end of validity: the grace stops there.
-    let (world, kept) = kept_late(ms(10_000), ms(2_800), Some(Fault::LoseRequest)).await;
-    assert_eq!(kept.signal().lost().await, LossReason::Expired);
-    assert_eq!(world.now(), TTL - DRIFT);
+#[tokio::test(start_paused = true)]
+async fn a_starved_runtime_fires_the_signal_as_soon_as_it_wakes_past_the_margin_point() {
+    // Renewed at 1 s: valid until 3.96 s, margin point 3.36 s. The backend would wait 10 s.
+    let world = World::new(ms(10_000));
+    let kept = Watchdog::default()
+        .keep(world.acquire("r").await)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    world.until(ms(1_500)).await;
+    world.backend().inject(Fault::LoseRequest);
+    // Starve the watchdog's task: tokio's clock jumps to 3.9 s before it runs again, so it
+    // sees the renewal due at 2 s only then, 60 ms before validity ends.
+    tokio::time::advance(ms(2_400)).await;
+    assert_eq!(fired(kept.signal()).await, LossReason::Unreachable);
+    assert_eq!(world.now(), ms(3_900));
+    assert_eq!(world.sent(RequestKind::Renew), vec![ms(1_000)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_queued_behind_the_in_flight_cap_fires_the_signal_by_the_margin_point() {
+    // One renewal in flight at most. "a" renews at 2 s, and its reply comes at 2.6 s (then
+    // "b" is never sent before its margin point) or at 2.35 s (then "b" is sent and lost).
+    // "b", granted at 0 and kept at 2.34 s, is due at once: its margin point is 2.36 s.
+    for a_answered_after in [600, 350] {
+        let world = World::new(ms(10_000));
+        let watchdog = Watchdog::new(KeepAliveSettings::default().with_max_in_flight(1).unwrap());
+        let a = world.acquire("a").await;
+        let b = world.acquire("b").await;
+        let kept_a = watchdog.keep(a).map_err(|(e, _)| e).unwrap();
+        world.until(ms(1_500)).await;
+        world
+            .backend()
+            .inject(Fault::DelayReply(ms(a_answered_after)));
+        world.backend().inject(Fault::LoseRequest);
+        world.until(ms(2_340)).await;
+        let kept_b = watchdog.keep(b).map_err(|(e, _)| e).unwrap();
+        assert_eq!(fired(kept_b.signal()).await, LossReason::Unreachable);
+        let fired_at = world.now();
+        let margin_point = TTL - DRIFT - MARGIN;
+        assert!(
+            fired_at <= margin_point + ms(1),
+            "fired at {fired_at:?}, margin point {margin_point:?}"
+        );
+        assert!(!kept_a.signal().is_lost());
+        let b_sent = world.sent(RequestKind::Renew).len() == 3;
+        assert_eq!(b_sent, a_answered_after < 360);
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -515,6 +872,68 @@ impl leasehold::LeaseBackend for Panicking {
     ) -> leasehold::InspectOutcome {
         leasehold::InspectOutcome::Free
     }
+}
+
+/// A backend whose server refuses every connection after the grant: renewals fail at once.
+/// It records when each renewal was tried, and panics (which stops the lease) past 100 of
+/// them, so a watchdog that retried in a tight loop fails the test instead of hanging it.
+#[derive(Debug, Default)]
+struct Refusing {
+    renewals: std::sync::Mutex<Vec<Duration>>,
+    clock: TokioClock,
+}
+
+impl leasehold::LeaseBackend for Refusing {
+    async fn acquire(&self, request: &leasehold::LeaseRequest) -> leasehold::AcquireReply {
+        leasehold::AcquireReply::Granted(leasehold::GrantReply::new(
+            leasehold::FenceToken::MIN,
+            request.ttl(),
+        ))
+    }
+    async fn renew(&self, _: &leasehold::Grant) -> leasehold::RenewReply {
+        let mut renewals = self.renewals.lock().unwrap();
+        renewals.push(self.clock.now().since_origin());
+        assert!(renewals.len() <= 100, "retried in a loop");
+        leasehold::RenewReply::Failed(leasehold::Failure::Unavailable(
+            leasehold::Unavailable::new(leasehold::UnavailableCause::ConnectionRefused, "refused"),
+        ))
+    }
+    async fn release(&self, _: &leasehold::Grant) -> leasehold::ReleaseReply {
+        leasehold::ReleaseReply::Released
+    }
+    async fn inspect(
+        &self,
+        _: &Purpose,
+        _: &ResourceDigest,
+        _: Option<&leasehold::Attempt>,
+    ) -> leasehold::InspectOutcome {
+        leasehold::InspectOutcome::Free
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_that_fail_at_once_are_retried_at_a_pace_until_the_margin_point() {
+    let clock = TokioClock::new();
+    let client = LeaseClient::new(Refusing {
+        clock,
+        ..Refusing::default()
+    })
+    .with_clock(clock);
+    let handle = acquire_from(&client, "r").await;
+    let kept = Watchdog::default()
+        .keep(handle)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    // Granted at 0: margin point 2.36 s. A retry interval (250 ms) after each failure, the
+    // last one a retry interval before the margin point; none after it, as none could be
+    // answered in time.
+    assert_eq!(fired(kept.signal()).await, LossReason::Unreachable);
+    assert_eq!(clock.now().since_origin(), TTL - DRIFT - MARGIN);
+    let renewals = client.backend().renewals.lock().unwrap().clone();
+    assert_eq!(
+        renewals,
+        [1_000, 1_250, 1_500, 1_750, 2_000, 2_110].map(ms).to_vec()
+    );
 }
 
 #[tokio::test(start_paused = true)]
