@@ -1,6 +1,7 @@
 //! Identities: operations, attempts and their secret owner tokens, purposes, resource digests.
 
 use std::fmt;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -73,7 +74,14 @@ impl fmt::Display for OperationId {
 /// Whoever knows the token can renew or release the lease, so it is never printed: `Debug`
 /// shows only its [`HolderFingerprint`] and there is no `Display`.
 #[derive(Clone, PartialEq, Eq)]
-pub struct OwnerToken(String);
+pub struct OwnerToken(
+    // The text itself, inline: every lease handle holds one, and a heap string would cost
+    // it twice the bytes.
+    [u8; OWNER_TOKEN_TEXT_LEN],
+);
+
+/// The length of an owner token's text: 24 bytes in Base64 without padding.
+const OWNER_TOKEN_TEXT_LEN: usize = OWNER_TOKEN_BYTES / 3 * 4;
 
 impl OwnerToken {
     fn generate() -> Result<Self, Error> {
@@ -84,17 +92,24 @@ impl OwnerToken {
                 format!("OS random number generator failed: {e}"),
             )
         })?;
-        Ok(Self(URL_SAFE_NO_PAD.encode(bytes)))
+        let mut text = [0u8; OWNER_TOKEN_TEXT_LEN];
+        // 24 bytes are exactly 32 Base64 characters: the slice always fits, and is filled.
+        let written = URL_SAFE_NO_PAD
+            .encode_slice(bytes, &mut text)
+            .expect("24 bytes are 32 Base64 characters");
+        assert_eq!(written, OWNER_TOKEN_TEXT_LEN);
+        Ok(Self(text))
     }
 
     /// Returns the token text, for a provider to send to its server. Never log it.
     pub fn expose_secret(&self) -> &str {
-        &self.0
+        // Base64 is ASCII, so this never fails.
+        std::str::from_utf8(&self.0).expect("an owner token is Base64 text")
     }
 
     /// Returns the public fingerprint of this token.
     pub fn fingerprint(&self) -> HolderFingerprint {
-        HolderFingerprint::of_token(&self.0)
+        HolderFingerprint::of_token(self.expose_secret())
     }
 }
 
@@ -217,7 +232,11 @@ impl fmt::Display for Attempt {
 
 /// Why a resource is leased: `[a-z0-9._-]{1,64}`, part of the key.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Purpose(String);
+pub struct Purpose(
+    // Shared: an application has few purposes and many leases, each of whose handles holds
+    // one, so a clone costs a reference count, not a string.
+    Arc<str>,
+);
 
 impl Purpose {
     /// Validates `purpose`.
@@ -237,7 +256,7 @@ impl Purpose {
                 format!("must match [a-z0-9._-]{{1,{MAX_PURPOSE_LEN}}}"),
             ));
         }
-        Ok(Self(purpose))
+        Ok(Self(purpose.into()))
     }
 
     /// Returns the purpose as text.
@@ -265,15 +284,26 @@ impl fmt::Display for Purpose {
 /// them private, bounds the key length and rules out hash-tag injection. The `sha256:` prefix
 /// is the version: another scheme would use another prefix.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct ResourceDigest(String);
+pub struct ResourceDigest(
+    // The text itself, inline: it always has the same length, and every lease handle holds
+    // one.
+    [u8; ResourceDigest::TEXT_LEN],
+);
 
 impl ResourceDigest {
     const PREFIX: &'static str = "sha256:";
+    const TEXT_LEN: usize = Self::PREFIX.len() + 64;
 
     /// Hashes a raw resource id.
     pub fn of(raw_resource_id: impl AsRef<[u8]>) -> Self {
         let digest = Sha256::digest(raw_resource_id.as_ref());
-        Self(format!("{}{}", Self::PREFIX, to_hex(&digest)))
+        let mut text = [0u8; Self::TEXT_LEN];
+        let (prefix, hex) = text.split_at_mut(Self::PREFIX.len());
+        prefix.copy_from_slice(Self::PREFIX.as_bytes());
+        for (pair, byte) in hex.chunks_exact_mut(2).zip(digest) {
+            pair.copy_from_slice(&hex_digits(byte));
+        }
+        Self(text)
     }
 
     /// Validates a digest made elsewhere.
@@ -284,7 +314,11 @@ impl ResourceDigest {
     /// lowercase hex digits.
     pub fn parse(text: &str) -> Result<Self, Error> {
         match text.strip_prefix(Self::PREFIX) {
-            Some(hex) if hex.len() == 64 && is_lower_hex(hex) => Ok(Self(text.to_owned())),
+            Some(hex) if hex.len() == 64 && is_lower_hex(hex) => {
+                let mut inline = [0u8; Self::TEXT_LEN];
+                inline.copy_from_slice(text.as_bytes());
+                Ok(Self(inline))
+            }
             _ => Err(Error::new(
                 ErrorKind::InvalidResourceDigest,
                 "must be `sha256:` followed by 64 lowercase hex digits",
@@ -294,19 +328,22 @@ impl ResourceDigest {
 
     /// Returns the digest as text, prefix included.
     pub fn as_str(&self) -> &str {
-        &self.0
+        // Made of ASCII only (the prefix and hex digits), so this never fails.
+        std::str::from_utf8(&self.0).expect("a resource digest is ASCII")
     }
 }
 
 impl fmt::Debug for ResourceDigest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("ResourceDigest").field(&self.0).finish()
+        f.debug_tuple("ResourceDigest")
+            .field(&self.as_str())
+            .finish()
     }
 }
 
 impl fmt::Display for ResourceDigest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
@@ -316,14 +353,21 @@ pub(crate) fn fingerprint_of_token(token: &str) -> HolderFingerprint {
     HolderFingerprint::of_token(token)
 }
 
-fn to_hex(bytes: &[u8]) -> String {
+/// The two lowercase hex digits of `byte`.
+fn hex_digits(byte: u8) -> [u8; 2] {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for &b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-    }
-    out
+    [
+        DIGITS[usize::from(byte >> 4)],
+        DIGITS[usize::from(byte & 0x0f)],
+    ]
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .flat_map(|&b| hex_digits(b))
+        .map(char::from)
+        .collect()
 }
 
 fn is_lower_hex(text: &str) -> bool {
