@@ -228,8 +228,9 @@ async fn run(
                 // A release published before a subscription was in place went unheard:
                 // every waiter tries once more now that it is.
                 wake_all(&channels);
-                // Channels asked for while we were away are in `all` already.
-                while requests.try_recv().is_ok() {}
+                // Requests queued while we were away are served by the loop below. Most name a
+                // channel `all` had already (subscribing again is harmless); one whose watch
+                // came after `all` was read would otherwise never be subscribed.
                 loop {
                     tokio::select! {
                         event = events.next() => match event {
