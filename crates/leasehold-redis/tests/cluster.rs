@@ -146,23 +146,6 @@ async fn hold_and_wait(
     (channel, first, waiting)
 }
 
-/// Releases `first` and expects the parked waiter to be granted at once: the holder's TTL was
-/// 10 s, so only the release notice explains a hand-off within 2 s.
-async fn release_and_expect_hand_off(
-    first: LeaseHandle<RedisBackend>,
-    waiting: tokio::task::JoinHandle<(&'static str, Instant)>,
-) {
-    let released_at = Instant::now();
-    assert_eq!(first.release().await, ReleaseOutcome::Released);
-    let (outcome, acquired_at) = waiting.await.unwrap();
-    assert_eq!(outcome, "Acquired");
-    assert!(
-        acquired_at - released_at < Duration::from_secs(2),
-        "{:?}",
-        acquired_at - released_at
-    );
-}
-
 fn stats(cluster: &RedisCluster) -> Vec<BTreeMap<String, u64>> {
     cluster
         .nodes()
@@ -183,7 +166,8 @@ async fn a_release_is_announced_by_spublish_on_the_slot_owner_only() {
         }
     }
     let before = stats(&cluster);
-    release_and_expect_hand_off(first, waiting).await;
+    // The holder's TTL was 10 s.
+    common::release_and_expect_hand_off(first, waiting, Duration::from_secs(2)).await;
     let after = stats(&cluster);
     for (j, (before, after)) in before.iter().zip(&after).enumerate() {
         let delta = common::delta(before, after);
@@ -214,7 +198,8 @@ async fn a_killed_shard_subscriber_resubscribes_and_still_hands_off() {
     assert_eq!(killed, Some(1));
     // The subscriber's link to that node comes back on its own and subscribes again.
     until_shard_subscribed(node, &channel).await;
-    release_and_expect_hand_off(first, waiting).await;
+    // The holder's TTL was 10 s.
+    common::release_and_expect_hand_off(first, waiting, Duration::from_secs(2)).await;
 }
 
 #[tokio::test]

@@ -180,13 +180,7 @@ async fn a_release_before_the_subscription_is_confirmed_still_hands_off() {
             tokio::spawn(async move { (client.acquire(&waiter).await.name(), Instant::now()) })
         };
         tokio::task::yield_now().await;
-        let (outcome, released_at, acquired_at) = release_and_join(first, waiting).await;
-        assert_eq!(outcome, "Acquired", "round {round}");
-        assert!(
-            acquired_at - released_at < Duration::from_secs(5),
-            "round {round}: {:?}",
-            acquired_at - released_at
-        );
+        common::release_and_expect_hand_off(first, waiting, Duration::from_secs(5)).await;
     }
 }
 
@@ -215,7 +209,7 @@ async fn until_subscribed(
     panic!("no subscriber on {channel}");
 }
 
-type Waiting = tokio::task::JoinHandle<(&'static str, Instant)>;
+use common::Waiting;
 
 /// A holder with a 10 s lease, and a waiter (8 s wait) parked behind it and subscribed.
 async fn hold_and_wait(
@@ -241,29 +235,12 @@ async fn hold_and_wait(
     (client, holder, first, waiting)
 }
 
-/// Releases `first` and returns the waiter's outcome, the release instant and its own.
-async fn release_and_join(
-    first: leasehold_redis::leasehold::LeaseHandle<leasehold_redis::RedisBackend>,
-    waiting: Waiting,
-) -> (&'static str, Instant, Instant) {
-    let released_at = Instant::now();
-    assert_eq!(first.release().await, ReleaseOutcome::Released);
-    let (outcome, acquired_at) = waiting.await.unwrap();
-    (outcome, released_at, acquired_at)
-}
-
 #[tokio::test]
 async fn a_release_hands_off_at_once() {
     let server = RedisServer::start();
     let (_client, _holder, first, waiting) = hold_and_wait(&server, "w5").await;
-    let (outcome, released_at, acquired_at) = release_and_join(first, waiting).await;
-    assert_eq!(outcome, "Acquired");
     // The holder's TTL was 10 s: only the notice explains a hand-off this quick.
-    assert!(
-        acquired_at - released_at < Duration::from_secs(2),
-        "{:?}",
-        acquired_at - released_at
-    );
+    common::release_and_expect_hand_off(first, waiting, Duration::from_secs(2)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -313,11 +290,5 @@ async fn a_killed_subscriber_reconnects_and_still_hands_off() {
     assert_eq!(killed, Some(1));
     // The subscriber comes back on its own and subscribes again.
     until_subscribed(&server, &client, &holder, 1).await;
-    let (outcome, released_at, acquired_at) = release_and_join(first, waiting).await;
-    assert_eq!(outcome, "Acquired");
-    assert!(
-        acquired_at - released_at < Duration::from_secs(2),
-        "{:?}",
-        acquired_at - released_at
-    );
+    common::release_and_expect_hand_off(first, waiting, Duration::from_secs(2)).await;
 }

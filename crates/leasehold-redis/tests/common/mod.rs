@@ -3,10 +3,33 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use leasehold_redis::leasehold::{LeaseRequest, OperationId, Purpose, ResourceDigest};
+use leasehold_redis::leasehold::{
+    LeaseHandle, LeaseRequest, OperationId, Purpose, ReleaseOutcome, ResourceDigest,
+};
 use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
+
+/// A parked waiter: its outcome's name and the instant it returned.
+pub type Waiting = tokio::task::JoinHandle<(&'static str, Instant)>;
+
+/// Releases `first` and requires the parked waiter to be granted within `within` of the
+/// release. With a holder TTL far above `within`, only the release notice explains it.
+pub async fn release_and_expect_hand_off(
+    first: LeaseHandle<RedisBackend>,
+    waiting: Waiting,
+    within: Duration,
+) {
+    let released_at = Instant::now();
+    assert_eq!(first.release().await, ReleaseOutcome::Released);
+    let (outcome, acquired_at) = waiting.await.unwrap();
+    assert_eq!(outcome, "Acquired");
+    assert!(
+        acquired_at - released_at < within,
+        "{:?}",
+        acquired_at - released_at
+    );
+}
 use test_support::RedisServer;
 
 pub fn client_with(server: &RedisServer, settings: RedisSettings) -> RedisLeases {
