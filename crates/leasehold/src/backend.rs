@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use crate::fence::FenceToken;
 use crate::id::{Attempt, Purpose, ResourceDigest};
-use crate::outcome::{Contention, Failure, InspectOutcome, LossCause};
+use crate::outcome::{
+    Contention, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LossCause,
+};
 use crate::request::LeaseRequest;
 
 /// One grant, as the handle knows it: what to send to renew or release exactly this grant.
@@ -191,6 +193,49 @@ pub trait LeaseBackend: Send + Sync + 'static {
     ///
     /// As for [`Self::acquire`]: a dropped release may have been applied.
     fn release(&self, grant: &Grant) -> impl Future<Output = ReleaseReply> + Send;
+
+    /// Releases whatever grant `request`'s attempt holds, whatever its fence: the cleanup
+    /// after an acquire whose outcome stayed unknown, which never makes a grant just to drop
+    /// it (as a replay followed by a release would).
+    ///
+    /// A backend whose commands on one connection run in order should send it on the
+    /// connection the unanswered acquire went on: queued behind it, it undoes a grant the
+    /// acquire makes late the moment that grant is made. The default inspects, then releases
+    /// the grant found (two round trips, with no such ordering).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`Self::acquire`]: a dropped release may have been applied.
+    fn release_attempt(&self, request: &LeaseRequest) -> impl Future<Output = ReleaseReply> + Send {
+        async move {
+            let found = self
+                .inspect(
+                    request.purpose(),
+                    request.resource(),
+                    Some(request.attempt()),
+                )
+                .await;
+            let view = match found {
+                InspectOutcome::HeldByThisAttempt(view) => view,
+                InspectOutcome::Free => return ReleaseReply::AlreadyGone,
+                InspectOutcome::HeldByOther(_) => return ReleaseReply::NotOwner,
+                InspectOutcome::Indeterminate(i) => {
+                    return ReleaseReply::Failed(Failure::Indeterminate(i));
+                }
+                InspectOutcome::Unavailable(u) => {
+                    return ReleaseReply::Failed(Failure::Unavailable(u));
+                }
+                InspectOutcome::Overloaded => return ReleaseReply::Failed(Failure::Overloaded),
+            };
+            let Some(fence) = view.fence else {
+                return ReleaseReply::Failed(Failure::Indeterminate(Indeterminate::new(
+                    IndeterminateCause::UnexpectedReply,
+                    "this attempt's grant was reported without a fence",
+                )));
+            };
+            self.release(&Grant::new(request, fence)).await
+        }
+    }
 
     /// Reads who holds the lease on `resource` for `purpose`; with an attempt, whether that
     /// attempt holds it. Never changes anything.

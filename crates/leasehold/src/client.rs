@@ -5,12 +5,14 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use crate::backend::{AcquireReply, LeaseBackend};
+use crate::backend::{AcquireReply, LeaseBackend, ReleaseReply};
 use crate::clock::{BootClock, Clock};
 use crate::error::Error;
 use crate::handle::{LeaseHandle, Shared};
 use crate::id::{Attempt, OperationId, Purpose, ResourceDigest};
-use crate::outcome::{Contention, Failure, Indeterminate, InspectOutcome, Unavailable};
+use crate::outcome::{
+    Contention, Failure, Indeterminate, InspectOutcome, ReleaseOutcome, Unavailable,
+};
 use crate::request::{DriftBudget, LeaseRequest};
 
 /// The outcome of an acquire.
@@ -294,6 +296,32 @@ impl<B: LeaseBackend> LeaseClient<B> {
             },
             AcquireReply::Failed(Failure::Unavailable(u)) => AcquireOutcome::Unavailable(u),
             AcquireReply::Failed(Failure::Overloaded) => AcquireOutcome::Overloaded,
+        }
+    }
+
+    /// Releases whatever grant `request`'s attempt holds, whatever its fence, without ever
+    /// making one: the cleanup after an acquire whose outcome stayed unknown, when there is no
+    /// handle to release.
+    ///
+    /// `Released` means this attempt held a grant and it is gone now; `AlreadyGone` and
+    /// `NotOwner` that it held none when the release ran. On the Redis backend the release
+    /// goes on the connection the acquires went on, behind them: if the server applies an
+    /// unanswered acquire later, this release (sent after it) undoes its grant at once. Only
+    /// a connection lost in between, or a new one to another node (a failover), breaks that
+    /// order. A handle this client holds for the attempt does not learn of the release: use
+    /// [`LeaseHandle::release`] when there is one.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LeaseHandle::release`]: a dropped release may have been applied.
+    pub async fn release_attempt(&self, request: &LeaseRequest) -> ReleaseOutcome {
+        match self.backend.release_attempt(request).await {
+            ReleaseReply::Released => ReleaseOutcome::Released,
+            ReleaseReply::AlreadyGone => ReleaseOutcome::AlreadyGone,
+            ReleaseReply::NotOwner => ReleaseOutcome::NotOwner,
+            ReleaseReply::Failed(Failure::Indeterminate(why)) => ReleaseOutcome::Indeterminate(why),
+            ReleaseReply::Failed(Failure::Unavailable(why)) => ReleaseOutcome::Unavailable(why),
+            ReleaseReply::Failed(Failure::Overloaded) => ReleaseOutcome::Overloaded,
         }
     }
 

@@ -13,23 +13,52 @@ use crate::id::HolderFingerprint;
 
 /// A fencing token: a per-resource number that grows with every new grant.
 ///
-/// Tokens from one server lineage strictly increase. A token is only as durable as the server
-/// that issued it: a failover that loses the counter's last writes can issue a token again.
+/// Tokens are integers from 1 to 2^63 − 1 ([`FenceToken::MAX`]), so that a target can keep
+/// them in a signed 64-bit column (`BIGINT`); they do not fit in 32 bits. How a backend keeps
+/// them growing when its counter is lost is the backend's contract (the Redis backend never
+/// issues one below the server's clock in microseconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FenceToken(u64);
 
 impl FenceToken {
-    /// The smallest token, which the first grant on a resource carries.
+    /// The smallest token.
     pub const MIN: Self = Self(1);
 
-    /// Makes a token; `None` for zero, which no grant ever carries.
+    /// The largest token: 2^63 − 1, the largest signed 64-bit integer.
+    pub const MAX: Self = Self(i64::MAX.unsigned_abs());
+
+    /// Makes a token; `None` for zero and for anything above [`FenceToken::MAX`], which no
+    /// grant ever carries.
     pub const fn new(value: u64) -> Option<Self> {
-        if value == 0 { None } else { Some(Self(value)) }
+        if value == 0 || value > Self::MAX.0 {
+            None
+        } else {
+            Some(Self(value))
+        }
     }
 
     /// Returns the token's number.
     pub const fn get(self) -> u64 {
         self.0
+    }
+
+    /// Returns the token's number as a signed 64-bit integer, as SQL's `BIGINT` stores it.
+    /// Every token fits.
+    pub const fn to_i64(self) -> i64 {
+        // new() never makes a token above i64::MAX.
+        self.0 as i64
+    }
+}
+
+impl From<FenceToken> for u64 {
+    fn from(token: FenceToken) -> Self {
+        token.get()
+    }
+}
+
+impl From<FenceToken> for i64 {
+    fn from(token: FenceToken) -> Self {
+        token.to_i64()
     }
 }
 
@@ -135,9 +164,15 @@ mod tests {
     }
 
     #[test]
-    fn zero_is_not_a_token() {
+    fn tokens_are_one_to_two_to_the_63_minus_one() {
         assert!(FenceToken::new(0).is_none());
         assert_eq!(token(7).get(), 7);
+        assert_eq!(FenceToken::MAX.get(), (1u64 << 63) - 1);
+        assert_eq!(FenceToken::new((1u64 << 63) - 1), Some(FenceToken::MAX));
+        assert!(FenceToken::new(1u64 << 63).is_none());
+        assert!(FenceToken::new(u64::MAX).is_none());
+        assert_eq!(i64::from(FenceToken::MAX), i64::MAX);
+        assert_eq!(i64::from(token(1 << 53)), 1 << 53);
     }
 
     #[test]

@@ -87,6 +87,6 @@ pub use id::{Attempt, HolderFingerprint, OperationId, OwnerToken, Purpose, Resou
 pub use keepalive::{KeepAliveSettings, KeptLease, LossReason, LossSignal, Scoped, Watchdog};
 pub use outcome::{
     Contention, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseView, LossCause,
-    ReleaseOutcome, RenewOutcome, Unavailable, UnavailableCause,
+    ReleaseOutcome, RenewOutcome, Unavailable, UnavailableCause, UnusableKey,
 };
 pub use request::{DriftBudget, LeaseRequest, MAX_TTL, MAX_WAIT, MIN_TTL};

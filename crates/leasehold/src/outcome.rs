@@ -47,6 +47,41 @@ pub enum UnavailableCause {
     Redirected,
     /// The script was missing even after it was loaded again (`NOSCRIPT` twice).
     ScriptMissing,
+    /// A key the lease needs holds something the scripts cannot use, so they wrote nothing:
+    /// trying again does not help until an operator removes or repairs the key.
+    UnusableKey(UnusableKey),
+}
+
+/// What is wrong with a key a lease needs. The scripts check before they write, so nothing
+/// already stored is changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UnusableKey {
+    /// The lease key holds a value of another type (a hash, a list, a set, …).
+    LeaseWrongType,
+    /// The fence counter holds a value of another type.
+    CounterWrongType,
+    /// The fence counter holds a string that is not a fence: negative, not a plain decimal,
+    /// or above [`FenceToken::MAX`].
+    CounterNotAFence,
+    /// The fence counter has reached [`FenceToken::MAX`]: no larger fence can be issued.
+    FenceRangeExhausted,
+}
+
+impl fmt::Display for UnusableKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            UnusableKey::LeaseWrongType => "the lease key holds a value of another type",
+            UnusableKey::CounterWrongType => "the fence counter holds a value of another type",
+            UnusableKey::CounterNotAFence => {
+                "the fence counter holds something that is not a fence (not a decimal in the \
+                 fence range)"
+            }
+            UnusableKey::FenceRangeExhausted => {
+                "the fence counter is at the top of the fence range (2^63 - 1)"
+            }
+        })
+    }
 }
 
 /// A command that was definitely not applied, and why.

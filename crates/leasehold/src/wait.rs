@@ -76,8 +76,9 @@ impl Queues {
 /// Releases, in the background, a lease a dropped `acquire` may have been granted.
 ///
 /// Armed while a try is in flight or its outcome is unknown; if the acquire future is dropped
-/// then, the grant may exist with nobody holding its handle. The guard replays the same attempt
-/// (which finds the grant if there is one) and releases it.
+/// then, the grant may exist with nobody holding its handle. The guard releases whatever grant
+/// the attempt holds ([`LeaseClient::release_attempt`]), on the Redis backend behind the
+/// acquire on its connection.
 struct CancelGuard<'a, B: LeaseBackend> {
     client: &'a LeaseClient<B>,
     request: &'a LeaseRequest,
@@ -98,10 +99,10 @@ impl<B: LeaseBackend> Drop for CancelGuard<'_, B> {
         let running = Running::start(&client.queues.cleanups);
         runtime.spawn(async move {
             let _running = running;
-            if let Some(lease) = client.try_acquire(&request).await.into_handle() {
-                let outcome = lease.release().await;
-                tracing::debug!(?outcome, "released a grant left by a dropped acquire");
-            }
+            // Never a replay: one that lands before a late acquire would make the grant it
+            // came to remove.
+            let outcome = client.release_attempt(&request).await;
+            tracing::debug!(?outcome, "cleaned up after a dropped acquire");
         });
     }
 }
@@ -177,8 +178,9 @@ impl<B: LeaseBackend> LeaseClient<B> {
     /// # Cancel safety
     ///
     /// Dropping the future never leaves a lease nobody knows about: if a try was in flight or
-    /// its outcome unknown, a background task (on the current tokio runtime) replays the same
-    /// attempt and releases the grant it finds. A handle already returned is the caller's.
+    /// its outcome unknown, a background task (on the current tokio runtime) releases whatever
+    /// grant the attempt holds ([`release_attempt`](Self::release_attempt)). A handle already
+    /// returned is the caller's.
     pub async fn acquire(&self, request: &LeaseRequest) -> AcquireOutcome<B> {
         let wait = request.wait_timeout();
         if wait.is_zero() {
