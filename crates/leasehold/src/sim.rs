@@ -1,10 +1,27 @@
 //! A simulated lease server and backend, for deterministic tests (feature `test-util`).
 //!
 //! [`SimServer`] keeps leases and fence counters in memory with exactly the semantics of the
-//! Redis scripts (`leasehold-redis/lua/*.lua`): the same replies, the same fences, PTTLs in
+//! Redis scripts (`leasehold-redis/lua/*.lua`): the same replies, the same fence rule, PTTLs in
 //! whole milliseconds and Redis's expiry rule (a key is gone once the server's clock is *past*
 //! its expiry). Time is virtual: one world clock, which clients read for validity; the
 //! server's own clock is the world's plus an offset that tests can step.
+//!
+//! A new grant's fence is `max(counter + 1, server clock in microseconds)`, and the counter
+//! becomes that fence (an absent counter counts as 0); a replay returns the stored fence. A
+//! counter at [`FenceToken::MAX`] makes an acquire fail, definitely and with nothing written
+//! ([`UnusableKey::FenceRangeExhausted`]). So fences grow by the server's clock even when the
+//! counter is lost, as long as that clock does not go back by more than the loss took.
+//!
+//! Losses take time. A restart or a failover takes a downtime (at least
+//! [`SimServer::MIN_DOWNTIME`]) by the world clock, during which the server refuses every
+//! request, definitely without applying it (`Unavailable`, `ConnectionRefused`), and a late
+//! request that arrives then is dropped. Once the server is back, its clock has moved on by
+//! the downtime, so with a clock that behaves, a lost counter starts again above every fence
+//! issued before the loss. The failover's new primary reads the same clock as the old one;
+//! [`SimServer::step_clock`] around a failover models a replica whose clock is behind or ahead.
+//! (The counter runs ahead of the clock only by the grants made within one microsecond of
+//! server time, which a millisecond of downtime covers unless a test makes a thousand grants
+//! of one resource without letting time pass.)
 //!
 //! [`SimBackend`] is one client's connection to the server, with faults injected into its next
 //! calls: a request lost before it is applied, a reply lost after, a request or reply delayed,
@@ -34,6 +51,7 @@ use crate::fence::FenceToken;
 use crate::id::{Attempt, HolderFingerprint, Purpose, ResourceDigest};
 use crate::outcome::{
     Contention, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseView, LossCause,
+    Unavailable, UnavailableCause, UnusableKey,
 };
 use crate::request::LeaseRequest;
 
@@ -89,6 +107,9 @@ struct ServerState {
     history: VecDeque<Data>,
     pending: Vec<Pending>,
     lineage: u64,
+    /// Until when, by the world clock, the server refuses every request, and why (a restart or
+    /// failover in progress).
+    down: Option<(Duration, &'static str)>,
     /// Renewals and releases that succeeded for a requester other than the stored holder.
     non_owner_successes: Vec<String>,
 }
@@ -101,6 +122,7 @@ impl std::fmt::Debug for ServerState {
             .field("leases", &self.data.leases.len())
             .field("pending", &self.pending.len())
             .field("lineage", &self.lineage)
+            .field("down", &self.down)
             .finish_non_exhaustive()
     }
 }
@@ -152,6 +174,10 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
 fn duration_ms(ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
@@ -184,6 +210,34 @@ impl ServerState {
         }
     }
 
+    /// Returns the refusal for a request that reaches the server at `world` (by the world
+    /// clock), if the server is down then.
+    fn refusal(&self, world: Duration) -> Option<Failure> {
+        let (until, why) = self.down?;
+        (world < until).then(|| {
+            Failure::Unavailable(Unavailable::new(
+                UnavailableCause::ConnectionRefused,
+                format!("simulated server down: {why}"),
+            ))
+        })
+    }
+
+    /// Refuses every request until `until` (by the world clock), or longer if it is already
+    /// down for longer.
+    fn go_down(&mut self, until: Duration, why: &'static str) {
+        let until = self.down.map_or(until, |(already, _)| already.max(until));
+        self.down = Some((until, why));
+    }
+
+    /// Applies a late request that arrives at `at_ms` by the server's clock, unless the server
+    /// is down then. Nobody reads the reply of a request the client gave up on.
+    fn land(&mut self, op: &WireOp, at_ms: i64, fallback: Duration) {
+        let world = duration_ms(at_ms - self.offset_ms);
+        if self.refusal(world).is_none() {
+            let _ = self.apply(op, at_ms.saturating_mul(1000), fallback);
+        }
+    }
+
     /// Applies the late requests that have arrived by `now`, in arrival order, each at its
     /// arrival time (for a running world clock).
     fn catch_up(&mut self, now: i64, fallback: Duration) {
@@ -196,8 +250,7 @@ impl ServerState {
         self.pending = later;
         due.sort_by_key(|p| p.apply_at_ms);
         for p in due {
-            // Nobody reads the reply of a request the client gave up on.
-            let _ = self.apply(&p.op, p.apply_at_ms, fallback);
+            self.land(&p.op, p.apply_at_ms, fallback);
         }
     }
 
@@ -208,7 +261,10 @@ impl ServerState {
         self.history.push_back(self.data.clone());
     }
 
-    fn apply(&mut self, op: &WireOp, now: i64, fallback: Duration) -> Applied {
+    /// Applies `op` at `now_us`, the server's clock in microseconds (its milliseconds, for
+    /// expiry, are the same reading rounded down).
+    fn apply(&mut self, op: &WireOp, now_us: i64, fallback: Duration) -> Applied {
+        let now = now_us.div_euclid(1000);
         match op {
             WireOp::Acquire {
                 key,
@@ -217,10 +273,23 @@ impl ServerState {
                 ttl_ms,
             } => match self.live(key, now) {
                 None => {
+                    let counter_key = format!("{key}:fence");
+                    let counter = self.data.fences.get(&counter_key).copied().unwrap_or(0);
+                    if let Some(unusable) = unusable_counter(counter) {
+                        return Applied::Acquire(AcquireReply::Failed(Failure::Unavailable(
+                            Unavailable::new(
+                                UnavailableCause::UnusableKey(unusable),
+                                format!("simulated: {unusable}"),
+                            ),
+                        )));
+                    }
+                    // A clock beyond the fence range (or before its origin) adds nothing.
+                    let clock = u64::try_from(now_us)
+                        .unwrap_or(0)
+                        .min(FenceToken::MAX.get());
+                    let fence = (counter + 1).max(clock);
                     self.before_write();
-                    let fence = self.data.fences.entry(format!("{key}:fence")).or_insert(0);
-                    *fence += 1;
-                    let fence = *fence;
+                    self.data.fences.insert(counter_key, fence);
                     self.data.leases.insert(
                         key.clone(),
                         Stored {
@@ -290,6 +359,16 @@ impl ServerState {
     }
 }
 
+/// Returns what is wrong with a fence counter that no new grant can follow, if anything.
+fn unusable_counter(counter: u64) -> Option<UnusableKey> {
+    let max = FenceToken::MAX.get();
+    match counter {
+        c if c > max => Some(UnusableKey::CounterNotAFence),
+        c if c == max => Some(UnusableKey::FenceRangeExhausted),
+        _ => None,
+    }
+}
+
 fn matches_exact(stored: &Stored, exact: &(u64, String, String)) -> bool {
     stored.fence == exact.0 && stored.token == exact.1 && stored.operation == exact.2
 }
@@ -324,6 +403,7 @@ impl SimServer {
                 history: VecDeque::new(),
                 pending: Vec::new(),
                 lineage: 0,
+                down: None,
                 non_owner_successes: Vec::new(),
             })),
             retry_after_fallback: Duration::from_millis(50),
@@ -347,8 +427,18 @@ impl SimServer {
         self.world.clock()
     }
 
+    /// The server's clock in milliseconds.
     fn server_now(&self, state: &ServerState) -> i64 {
-        millis(self.world.clock().now().since_origin()) + state.offset_ms
+        self.server_now_us(state).div_euclid(1000)
+    }
+
+    /// The server's clock in microseconds (what the scripts read with `TIME`).
+    fn server_now_us(&self, state: &ServerState) -> i64 {
+        micros(self.world_now()).saturating_add(state.offset_ms.saturating_mul(1000))
+    }
+
+    fn world_now(&self) -> Duration {
+        self.world.clock().now().since_origin()
     }
 
     /// Lets `by` pass on the world clock: moves a manual clock (at once), or sleeps while a
@@ -399,8 +489,7 @@ impl SimServer {
             .partition(|p| p.apply_at_ms <= now);
         state.pending = later;
         for p in due {
-            // Nobody reads the reply of a request the client gave up on.
-            let _ = state.apply(&p.op, now, self.retry_after_fallback);
+            state.land(&p.op, now, self.retry_after_fallback);
         }
     }
 
@@ -409,19 +498,32 @@ impl SimServer {
         self.lock().offset_ms += ms;
     }
 
+    /// The shortest downtime of a restart or failover: a real one takes milliseconds at
+    /// least. Shorter downtimes are taken as this.
+    pub const MIN_DOWNTIME: Duration = Duration::from_millis(1);
+
     /// Restarts the server without persistence: every lease and fence counter is gone, and
-    /// requests in flight are lost.
-    pub fn restart(&self) {
+    /// requests in flight are lost. The server is down for `downtime` (at least
+    /// [`MIN_DOWNTIME`](Self::MIN_DOWNTIME)) by the world clock, from now: it refuses every
+    /// request until then (`Unavailable`, definitely not applied).
+    pub fn restart(&self, downtime: Duration) {
         let mut state = self.lock();
         state.data = Data::default();
         state.history.clear();
         state.pending.clear();
         state.lineage += 1;
+        state.go_down(
+            self.world_now() + downtime.max(Self::MIN_DOWNTIME),
+            "restarting",
+        );
     }
 
     /// Fails over to a replica that missed the last `k` writes (lease keys and fence
-    /// increments alike). Returns how many writes were actually lost.
-    pub fn failover(&self, k: usize) -> usize {
+    /// increments alike). Returns how many writes were actually lost. Whatever it loses, the
+    /// failover takes `downtime` (at least [`MIN_DOWNTIME`](Self::MIN_DOWNTIME)) by the world
+    /// clock, from now, during which every request is refused (`Unavailable`, definitely not
+    /// applied) and late requests that arrive are dropped; later ones reach the new primary.
+    pub fn failover(&self, k: usize, downtime: Duration) -> usize {
         let mut state = self.lock();
         let lost = k.min(state.history.len());
         if lost > 0 {
@@ -430,7 +532,18 @@ impl SimServer {
             state.history.truncate(keep);
             state.lineage += 1;
         }
+        state.go_down(
+            self.world_now() + downtime.max(Self::MIN_DOWNTIME),
+            "failing over",
+        );
         lost
+    }
+
+    /// Returns true if and only if the server refuses requests now (a restart or failover is
+    /// in progress).
+    pub fn is_down(&self) -> bool {
+        let state = self.lock();
+        state.refusal(self.world_now()).is_some()
     }
 
     /// Returns every renewal or release that succeeded for someone who was not the stored
@@ -449,6 +562,22 @@ impl SimServer {
         let mut state = self.lock();
         state.before_write();
         state.data.leases.remove(&key_of(purpose, resource));
+    }
+
+    /// Sets a fence counter by hand (as `SET` would), for example to [`FenceToken::MAX`].
+    /// A value above it is not a fence: acquires then fail as the scripts do
+    /// ([`UnusableKey::CounterNotAFence`]).
+    pub fn set_fence_counter(&self, purpose: &Purpose, resource: &ResourceDigest, value: u64) {
+        let mut state = self.lock();
+        state.before_write();
+        let key = format!("{}:fence", key_of(purpose, resource));
+        state.data.fences.insert(key, value);
+    }
+
+    /// Returns the fence counter of the resource, if it has one.
+    pub fn fence_counter(&self, purpose: &Purpose, resource: &ResourceDigest) -> Option<u64> {
+        let key = format!("{}:fence", key_of(purpose, resource));
+        self.lock().data.fences.get(&key).copied()
     }
 
     /// Returns the grant the server holds for the resource now, if any.
@@ -476,6 +605,9 @@ impl SimServer {
 
     fn inspect_now(&self, key: &str, attempt: Option<&Attempt>) -> InspectOutcome {
         let mut state = self.lock();
+        if let Some(refused) = state.refusal(self.world_now()) {
+            return refused.into();
+        }
         let now = self.server_now(&state);
         let Some(stored) = state.live(key, now) else {
             return InspectOutcome::Free;
@@ -615,11 +747,14 @@ impl SimBackend {
         let server = &self.server;
         let apply = || {
             let mut state = server.lock();
-            let now = server.server_now(&state);
-            state.apply(&op, now, server.retry_after_fallback)
+            if let Some(refused) = state.refusal(server.world_now()) {
+                return Err(refused);
+            }
+            let now_us = server.server_now_us(&state);
+            Ok(state.apply(&op, now_us, server.retry_after_fallback))
         };
         match fault {
-            None => Ok(apply()),
+            None => apply(),
             Some(Fault::LoseRequest) => {
                 server.pass(self.command_timeout).await;
                 Err(self.timed_out())
@@ -631,12 +766,12 @@ impl SimBackend {
             }
             Some(Fault::DelayRequest(d)) => {
                 server.pass(d.min(self.command_timeout)).await;
-                Ok(apply())
+                apply()
             }
             Some(Fault::DelayReply(d)) => {
                 let applied = apply();
                 server.pass(d.min(self.command_timeout)).await;
-                Ok(applied)
+                applied
             }
             Some(Fault::LateRequest(d)) => {
                 {
