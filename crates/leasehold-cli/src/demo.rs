@@ -156,7 +156,8 @@ fn fenced_write(
     status: &str,
     fence: FenceToken,
 ) -> anyhow::Result<usize> {
-    let fence_value = i64::try_from(fence.get()).context("fence beyond SQLite's integers")?;
+    // Every fence fits a signed 64-bit integer, SQLite's INTEGER and SQL's BIGINT.
+    let fence_value = fence.to_i64();
     say!(
         "   {who}: UPDATE orders SET status = '{status}', fence = {fence} WHERE id = {ORDER_ID} \
          AND fence <= {fence}"
@@ -208,6 +209,11 @@ async fn tell(backend: RedisBackend, origin: &str) -> anyhow::Result<()> {
         other => bail!("A was not granted the lease: {}", other.name()),
     };
     say!("   A holds fence {}.", a.fence());
+    say!(
+        "   (A fence is a 64-bit integer, 1 to 2^63-1: store it as BIGINT, not INTEGER. It is\n\
+         \x20   never below the Redis server's clock in microseconds, so it keeps growing even\n\
+         \x20   when Redis loses its counter: a restart without persistence, FLUSHALL, a failover.)"
+    );
 
     let b_request = request(&client, "b", B_TTL)?;
     match client.try_acquire(&b_request).await {

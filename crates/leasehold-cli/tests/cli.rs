@@ -282,6 +282,31 @@ fn lease_key(name: &str) -> String {
     )
 }
 
+/// The stored fence counter of the CLI's lease on `name`.
+fn fence_counter(server: &RedisServer, name: &str) -> Option<String> {
+    server
+        .cmd(&["GET", &format!("{}:fence", lease_key(name))])
+        .as_string()
+}
+
+/// The demo's two fences, A's and B's, as it printed them; B's must be the larger.
+fn demo_fences(done: &Finished) -> (u64, u64) {
+    let after = |prefix: &str| -> u64 {
+        let at = done
+            .stdout
+            .find(prefix)
+            .unwrap_or_else(|| panic!("{prefix}: {done:#?}"));
+        done.stdout[at + prefix.len()..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|digits| digits.parse().ok())
+            .unwrap_or_else(|| panic!("no fence after {prefix}: {done:#?}"))
+    };
+    let (a, b) = (after("A holds fence "), after("B acquires: fence "));
+    assert!(a < b, "{done:#?}");
+    (a, b)
+}
+
 /// A lease held by the test itself, through the library, as another process would hold it.
 struct Held {
     runtime: tokio::runtime::Runtime,
@@ -358,9 +383,14 @@ fn the_command_sees_the_lease_and_its_exit_code_is_passed_on() {
     run_to_end(command).assert_code(7);
     let env = read(&scratch.path("env"));
     let lines: Vec<&str> = env.lines().collect();
+    let fence = fence_counter(&server, "orders/42").expect("a grant moved the counter");
     assert_eq!(
         lines,
-        ["1", ResourceDigest::of("orders/42").as_str(), "1500"],
+        [
+            fence.as_str(),
+            ResourceDigest::of("orders/42").as_str(),
+            "1500"
+        ],
         "{env:?}"
     );
 }
@@ -384,7 +414,17 @@ fn the_fence_grows_across_runs() {
             done.stdout.trim().to_owned()
         })
         .collect();
-    assert_eq!(fences, ["1", "2", "3"]);
+    let fences: Vec<u64> = fences
+        .iter()
+        .map(|f| f.parse().expect("a decimal"))
+        .collect();
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    // No longer a small counter: the server's clock in microseconds, beyond 32 bits.
+    assert!(fences[0] > u64::from(u32::MAX), "{fences:?}");
+    assert_eq!(
+        fence_counter(&server, "jobs/nightly"),
+        Some(fences[2].to_string())
+    );
 }
 
 #[test]
@@ -441,14 +481,8 @@ fn the_lease_is_renewed_while_the_command_runs() {
     let done = running.finish();
     done.assert_code(5);
     assert!(samples >= 10, "{samples} samples: {done:#?}");
-    assert_eq!(fence, "1");
     // Renewed, not re-acquired: the fence counter saw one grant.
-    assert_eq!(
-        server
-            .cmd(&["GET", &format!("{}:fence", lease_key("r"))])
-            .as_string(),
-        Some("1".into())
-    );
+    assert_eq!(fence_counter(&server, "r"), Some(fence));
 }
 
 #[test]
@@ -535,6 +569,7 @@ fn a_held_lease_is_not_acquired_within_the_wait_75() {
 fn a_waiting_run_starts_when_the_holder_releases() {
     let server = RedisServer::start();
     let mut held = Held::new(&server, "r", Duration::from_secs(30));
+    let holder_fence = fence_counter(&server, "r").expect("held");
     let first_try = evalsha_counter(&server);
     let mut command = leasehold(&server.url());
     command.args([
@@ -553,7 +588,10 @@ fn a_waiting_run_starts_when_the_holder_releases() {
     held.release();
     let done = running.finish();
     done.assert_code(0);
-    assert_eq!(done.stdout.trim(), "2");
+    assert!(
+        done.stdout.trim().parse::<u64>().expect("a fence") > holder_fence.parse().unwrap(),
+        "{done:#?}"
+    );
     // Woken by the release notice: the holder's TTL (its retry-after) and the deadline are
     // 20 s and more away.
     assert!(done.at - released_at < Duration::from_secs(10), "{done:#?}");
@@ -688,24 +726,22 @@ fn an_unknown_outcome_resolved_by_replay_starts_the_command_with_the_one_grant()
     let done = running.finish();
     done.assert_code(0);
     // Had leasehold made a new attempt instead of replaying, the first try's grant would have
-    // made it contended; the fence counter says there was one grant.
-    assert_eq!(read(&scratch.path("ran")), "1\n", "{done:#?}");
+    // made it contended; the fence counter says the command ran under the one grant.
+    let ran = read(&scratch.path("ran"));
     assert_eq!(
-        server
-            .cmd(&["GET", &format!("{}:fence", lease_key("r"))])
-            .as_string(),
-        Some("1".into())
+        fence_counter(&server, "r"),
+        Some(ran.trim().to_owned()),
+        "{done:#?}"
     );
 }
 
 #[test]
 fn unknown_outcomes_are_replayed_at_a_pace() {
-    let server = RedisServer::start();
+    // A server whose TIME command is renamed away makes the acquire script fail at the
+    // server: an error after the script started is `Indeterminate` (it may have written), and
+    // it comes back at once, every time.
+    let server = RedisServer::start_with_args(&["--rename-command", "TIME", "TIME-RENAMED"]);
     let scratch = Scratch::new();
-    // A fence counter that is not a number makes the acquire script fail at the server: an
-    // error after the script started is `Indeterminate` (it may have written), and it comes
-    // back at once, every time.
-    server.cmd(&["SET", &format!("{}:fence", lease_key("r")), "not-a-number"]);
     let tries = evalsha_counter(&server);
     let mut command = leasehold(&server.url());
     command
@@ -1299,14 +1335,15 @@ fn the_demo_tells_the_story_and_rejects_the_stale_write() {
         .arg("demo");
     let done = run_to_end(command);
     done.assert_code(0);
+    let (a, b) = demo_fences(&done);
     for needle in [
         "ephemeral",
-        "A holds fence 1",
+        "store it as BIGINT",
         "contended",
-        "B acquires: fence 2",
         "1 row changed: accepted",
         "0 rows changed: the stale write was REJECTED",
-        "status 'packed by B' | fence 2",
+        &format!("(fence {a} is older than {b})"),
+        &format!("status 'packed by B' | fence {b}"),
     ] {
         assert!(done.stdout.contains(needle), "{needle}: {done:#?}");
     }
@@ -1322,10 +1359,9 @@ fn the_demo_runs_on_a_server_named_with_redis() {
         .arg("demo");
     let done = run_to_end(command);
     done.assert_code(0);
+    let (_, b) = demo_fences(&done);
     for needle in [
         "(named with --redis)",
-        "A holds fence 1",
-        "B acquires: fence 2",
         "0 rows changed: the stale write was REJECTED",
     ] {
         assert!(done.stdout.contains(needle), "{needle}: {done:#?}");
@@ -1336,7 +1372,7 @@ fn the_demo_runs_on_a_server_named_with_redis() {
     let fence_key = format!("leasehold:lease:v1:demo:{{{}}}:fence", digest.as_str());
     assert_eq!(
         server.cmd(&["GET", &fence_key]).as_string(),
-        Some("2".into())
+        Some(b.to_string())
     );
 }
 

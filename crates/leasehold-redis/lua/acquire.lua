@@ -9,29 +9,87 @@
 --
 -- The stored value is "<fence>:<owner token>:<operation id>".
 --
--- Replies (fence and PTTL are integers; holder is the first 16 hex digits of SHA-1 of the
--- holder's token, or "" when the stored value is not ours):
---   {1, fence, pttl}          granted: the key was absent; the fence was incremented
+-- Fences are decimal strings from 1 to 9223372036854775807 (2^63 - 1), compared and counted
+-- as strings, never as Lua numbers: those are doubles, which print 10^14 as "1e+14" and
+-- cannot tell 2^53 from 2^53 + 1. A new grant's fence is
+--
+--   max(counter + 1, the server's clock in microseconds (TIME))
+--
+-- so that a counter lost to a restart without persistence, FLUSHALL, an eviction or a
+-- failover restarts above every fence issued before, as long as the clock of the server that
+-- grants now is not behind the one that granted then by more than the time in between.
+--
+-- Nothing is written when a key cannot be used: the lease key or the counter holds another
+-- type, or the counter holds something that is not a fence or is at the top of the range.
+--
+-- Replies (fence is a decimal string, pttl an integer; holder is the first 16 hex digits of
+-- SHA-1 of the holder's token, or "" when the stored value is not ours):
+--   {1, fence, pttl}          granted: the key was absent; the counter was moved to the fence
 --   {2, fence, pttl}          replay: this attempt already holds it; the TTL is NOT extended
 --                             and pttl is the key's current remaining time
 --   {3, fence, pttl, holder}  conflict: the same owner token holds it for another operation
---   {0, fence, pttl, holder}  contended: another owner holds it (fence 0: unreadable value)
-local current = redis.call('GET', KEYS[1])
+--   {0, fence, pttl, holder}  contended: another owner holds it (fence "0": unreadable value)
+--   {-2, what}                nothing written: what is "lease-type", "counter-type",
+--                             "counter-value" or "fence-range"
+local TOP = '9223372036854775807'
+
+-- a > b, for decimals without leading zeros.
+local function above(a, b)
+  if #a ~= #b then
+    return #a > #b
+  end
+  return a > b
+end
+
+-- s + 1, for a decimal without leading zeros.
+local function succ(s)
+  local i = #s
+  while i > 0 and string.byte(s, i) == 57 do
+    i = i - 1
+  end
+  if i == 0 then
+    return '1' .. string.rep('0', #s)
+  end
+  return string.sub(s, 1, i - 1) .. string.char(string.byte(s, i) + 1) .. string.rep('0', #s - i)
+end
+
+-- A GET that reports a key of another type instead of raising WRONGTYPE.
+local current = redis.pcall('GET', KEYS[1])
+if type(current) == 'table' then
+  return {-2, 'lease-type'}
+end
 if not current then
-  local fence = redis.call('INCR', KEYS[2])
+  local counter = redis.pcall('GET', KEYS[2])
+  if type(counter) == 'table' then
+    return {-2, 'counter-type'}
+  end
+  counter = counter or '0'
+  if counter ~= '0' and (not string.find(counter, '^[1-9]%d*$') or above(counter, TOP)) then
+    return {-2, 'counter-value'}
+  end
+  if counter == TOP then
+    return {-2, 'fence-range'}
+  end
+  local time = redis.call('TIME')
+  local now = time[1] .. string.rep('0', 6 - #time[2]) .. time[2]
+  local fence = now
+  if not above(now, counter) then
+    fence = succ(counter)
+  end
+  redis.call('SET', KEYS[2], fence)
   redis.call('SET', KEYS[1], fence .. ':' .. ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[3])
   return {1, fence, tonumber(ARGV[3])}
 end
 local pttl = redis.call('PTTL', KEYS[1])
 local fence, token, operation = string.match(current, '^(%d+):([^:]+):(.*)$')
 if not fence then
-  return {0, 0, pttl, ''}
+  return {0, '0', pttl, ''}
 end
 local holder = string.sub(redis.sha1hex(token), 1, 16)
 if token == ARGV[1] then
   if operation == ARGV[2] then
-    return {2, tonumber(fence), pttl}
+    return {2, fence, pttl}
   end
-  return {3, tonumber(fence), pttl, holder}
+  return {3, fence, pttl, holder}
 end
-return {0, tonumber(fence), pttl, holder}
+return {0, fence, pttl, holder}

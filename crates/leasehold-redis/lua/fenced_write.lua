@@ -11,15 +11,19 @@
 -- compared as decimal strings (length, then digits), exactly, beyond Lua's 2^53.
 --
 -- Replies:
---   {1, fence}     written; fence is the writer's
---   {0, current}   refused: current is the higher fence already accepted
+--   {1, fence}          written; fence is the writer's
+--   {0, current}        refused: current is the higher fence already accepted
+--   {-2, 'record-type'} nothing written: the record key holds a value of another type
 local function below(a, b)
   if #a ~= #b then
     return #a < #b
   end
   return a < b
 end
-local current = redis.call('HGET', KEYS[1], 'fence')
+local current = redis.pcall('HGET', KEYS[1], 'fence')
+if type(current) == 'table' then
+  return {-2, 'record-type'}
+end
 if current and below(ARGV[1], current) then
   return {0, current}
 end

@@ -2,24 +2,52 @@
 -- leasehold inspect, key layout v1. Read-only (no-writes).
 --
 -- KEYS[1]  lease key
+-- KEYS[2]  fence counter key   (read only when the lease is free, to tell whether it can be
+--                              granted)
 -- ARGV[1]  owner token of the inspecting attempt, or "" to inspect without one
 -- ARGV[2]  operation id of the inspecting attempt, or ""
 --
--- Replies (holder as in acquire.lua):
+-- Replies (fence a decimal string, holder as in acquire.lua):
 --   {0}                         free: the key is absent
 --   {1, fence, pttl, holder}    held by the inspecting attempt (same token and operation)
---   {2, fence, pttl, holder}    held by someone else (fence 0, holder "": unreadable value)
-local current = redis.call('GET', KEYS[1])
+--   {2, fence, pttl, holder}    held by someone else (fence "0", holder "": unreadable value)
+--   {-2, what}                  a key cannot be used, as in acquire.lua: what is
+--                               "lease-type", "counter-type", "counter-value" or "fence-range"
+local TOP = '9223372036854775807'
+
+-- a > b, for decimals without leading zeros.
+local function above(a, b)
+  if #a ~= #b then
+    return #a > #b
+  end
+  return a > b
+end
+
+local current = redis.pcall('GET', KEYS[1])
+if type(current) == 'table' then
+  return {-2, 'lease-type'}
+end
 if not current then
+  local counter = redis.pcall('GET', KEYS[2])
+  if type(counter) == 'table' then
+    return {-2, 'counter-type'}
+  end
+  counter = counter or '0'
+  if counter ~= '0' and (not string.find(counter, '^[1-9]%d*$') or above(counter, TOP)) then
+    return {-2, 'counter-value'}
+  end
+  if counter == TOP then
+    return {-2, 'fence-range'}
+  end
   return {0}
 end
 local pttl = redis.call('PTTL', KEYS[1])
 local fence, token, operation = string.match(current, '^(%d+):([^:]+):(.*)$')
 if not fence then
-  return {2, 0, pttl, ''}
+  return {2, '0', pttl, ''}
 end
 local holder = string.sub(redis.sha1hex(token), 1, 16)
 if ARGV[1] ~= '' and token == ARGV[1] and operation == ARGV[2] then
-  return {1, tonumber(fence), pttl, holder}
+  return {1, fence, pttl, holder}
 end
-return {2, tonumber(fence), pttl, holder}
+return {2, fence, pttl, holder}

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use leasehold::{
-    AcquireReply, Contention, FenceToken, GrantReply, HolderFingerprint, InspectOutcome, LeaseView,
-    LossCause, ReleaseReply, RenewReply,
+    AcquireReply, Contention, Failure, FenceToken, GrantReply, HolderFingerprint, InspectOutcome,
+    LeaseView, LossCause, ReleaseReply, RenewReply, Unavailable, UnavailableCause, UnusableKey,
 };
 use redis::Value;
 
@@ -61,8 +61,41 @@ fn pttl(millis: i64) -> Option<Duration> {
         .map(Duration::from_millis)
 }
 
-fn fence(n: i64) -> Option<FenceToken> {
-    u64::try_from(n).ok().and_then(FenceToken::new)
+/// A fence, which the scripts send as a decimal string (exact over the whole range, where a
+/// Lua number is not); an integer is read too. `None` for zero, a negative number, anything
+/// above [`FenceToken::MAX`] or anything that is not a plain decimal.
+pub(crate) fn fence(value: Option<&Value>) -> Option<FenceToken> {
+    match value? {
+        Value::Int(n) => u64::try_from(*n).ok().and_then(FenceToken::new),
+        Value::BulkString(bytes) => {
+            // Digits only: `u64::from_str` would take a leading '+'.
+            if bytes.is_empty() || !bytes.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            std::str::from_utf8(bytes)
+                .ok()?
+                .parse::<u64>()
+                .ok()
+                .and_then(FenceToken::new)
+        }
+        _ => None,
+    }
+}
+
+/// A `{-2, what}` reply: a key the script could not use, and so wrote nothing.
+pub(crate) fn unusable(items: &[Value]) -> Option<Failure> {
+    let what = match text(items.get(1))? {
+        b"lease-type" => UnusableKey::LeaseWrongType,
+        b"counter-type" => UnusableKey::CounterWrongType,
+        b"counter-value" => UnusableKey::CounterNotAFence,
+        b"fence-range" => UnusableKey::FenceRangeExhausted,
+        b"record-type" => UnusableKey::RecordWrongType,
+        _ => return None,
+    };
+    Some(Failure::Unavailable(Unavailable::new(
+        UnavailableCause::UnusableKey(what),
+        format!("{what}; nothing was written"),
+    )))
 }
 
 fn holder(value: Option<&Value>) -> Option<HolderFingerprint> {
@@ -76,10 +109,13 @@ pub(crate) fn acquire(value: &Value, fallback: Duration) -> Result<AcquireReply,
     let bad = || unexpected("acquire", value);
     let items = items(value).ok_or_else(bad)?;
     let status = int(items.first()).ok_or_else(bad)?;
-    let fence_n = int(items.get(1)).ok_or_else(bad)?;
+    if status == -2 {
+        return unusable(items).map(AcquireReply::Failed).ok_or_else(bad);
+    }
+    let fence_v = items.get(1).ok_or_else(bad)?;
     let pttl_ms = int(items.get(2)).ok_or_else(bad)?;
     let grant = || -> Result<GrantReply, UnexpectedReply> {
-        let fence = fence(fence_n).ok_or_else(bad)?;
+        let fence = fence(Some(fence_v)).ok_or_else(bad)?;
         // A granted or replayed key always has a TTL; a missing one grants no validity.
         Ok(GrantReply::new(
             fence,
@@ -90,7 +126,7 @@ pub(crate) fn acquire(value: &Value, fallback: Duration) -> Result<AcquireReply,
         Contention::new(
             pttl(pttl_ms).unwrap_or(fallback),
             holder(items.get(3)),
-            fence(fence_n),
+            fence(Some(fence_v)),
         )
     };
     match status {
@@ -137,8 +173,11 @@ pub(crate) fn inspect(value: &Value) -> Result<InspectOutcome, UnexpectedReply> 
     if status == 0 {
         return Ok(InspectOutcome::Free);
     }
+    if status == -2 {
+        return unusable(items).map(InspectOutcome::from).ok_or_else(bad);
+    }
     let view = LeaseView::new(
-        int(items.get(1)).and_then(fence),
+        fence(items.get(1)),
         int(items.get(2)).and_then(pttl),
         holder(items.get(3)),
     );

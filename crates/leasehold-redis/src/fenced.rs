@@ -117,24 +117,20 @@ impl RedisBackend {
     }
 }
 
-/// Decodes a `fenced_write.lua` reply: `{1, fence}` or `{0, current}`.
+/// Decodes a `fenced_write.lua` reply: `{1, fence}`, `{0, current}` or `{-2, what}`. An
+/// error names the reply's shape only: it never repeats what was written.
 fn decode(value: &redis::Value) -> Result<FencedWrite, String> {
-    let bad = || format!("unexpected fenced_write reply: {value:?}");
+    let bad = || "unexpected fenced_write reply".to_owned();
     let redis::Value::Array(items) = value else {
         return Err(bad());
     };
-    let fence_of = |v: Option<&redis::Value>| match v {
-        Some(redis::Value::BulkString(b)) => std::str::from_utf8(b)
-            .ok()
-            .and_then(|s| s.parse::<u64>().ok())
-            .and_then(FenceToken::new),
-        Some(redis::Value::Int(n)) => u64::try_from(*n).ok().and_then(FenceToken::new),
-        _ => None,
-    };
     match items.first() {
         Some(redis::Value::Int(1)) => Ok(FencedWrite::Written),
-        Some(redis::Value::Int(0)) => fence_of(items.get(1))
+        Some(redis::Value::Int(0)) => crate::decode::fence(items.get(1))
             .map(|current| FencedWrite::Stale { current })
+            .ok_or_else(bad),
+        Some(redis::Value::Int(-2)) => crate::decode::unusable(items)
+            .map(FencedWrite::Failed)
             .ok_or_else(bad),
         _ => Err(bad()),
     }
@@ -170,17 +166,28 @@ mod tests {
         assert_eq!(
             decode(&Value::Array(vec![
                 Value::Int(0),
-                bulk("18446744073709551615")
+                bulk("9223372036854775807")
             ])),
             Ok(FencedWrite::Stale {
-                current: FenceToken::new(u64::MAX).unwrap()
+                current: FenceToken::MAX
             })
         );
+        assert!(matches!(
+            decode(&Value::Array(vec![Value::Int(-2), bulk("record-type")])),
+            Ok(FencedWrite::Failed(leasehold::Failure::Unavailable(u)))
+                if u.cause == leasehold::UnavailableCause::UnusableKey(
+                    leasehold::UnusableKey::RecordWrongType
+                )
+        ));
         for garbage in [
             Value::Nil,
             Value::Array(vec![]),
             Value::Array(vec![Value::Int(0), bulk("x")]),
             Value::Array(vec![Value::Int(0), bulk("0")]),
+            Value::Array(vec![Value::Int(0), bulk("+5")]),
+            Value::Array(vec![Value::Int(0), bulk("-1")]),
+            Value::Array(vec![Value::Int(0), bulk("9223372036854775808")]),
+            Value::Array(vec![Value::Int(-2), bulk("something")]),
             Value::Array(vec![Value::Int(2), bulk("1")]),
         ] {
             assert!(decode(&garbage).is_err(), "{garbage:?}");

@@ -445,6 +445,42 @@ fn unreadable(err: decode::UnexpectedReply) -> Failure {
     ))
 }
 
+impl RedisBackend {
+    /// Runs `release.lua` for `attempt`'s grant with `fence`, or with whatever fence it
+    /// carries (`None`).
+    async fn release_script(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        attempt: &Attempt,
+        fence: Option<leasehold::FenceToken>,
+    ) -> ReleaseReply {
+        let lease_key = self.keys.lease_key(purpose, resource);
+        let channel = self.keys.release_channel(purpose, resource);
+        let reply = self
+            .link
+            .eval(&scripts::RELEASE, None, |cmd| {
+                cmd.arg(2)
+                    .arg(&lease_key)
+                    .arg(&channel)
+                    .arg(attempt.owner_token().expose_secret())
+                    .arg(attempt.operation().as_str());
+                match fence {
+                    Some(fence) => cmd.arg(fence.get()),
+                    None => cmd.arg(""),
+                };
+                cmd.arg(if self.sharded { "1" } else { "0" });
+            })
+            .await;
+        match reply {
+            Ok((value, _)) => {
+                decode::release(&value).unwrap_or_else(|e| ReleaseReply::Failed(unreadable(e)))
+            }
+            Err(failure) => ReleaseReply::Failed(failure),
+        }
+    }
+}
+
 impl LeaseBackend for RedisBackend {
     async fn acquire(&self, request: &LeaseRequest) -> AcquireReply {
         let lease_key = self.keys.lease_key(request.purpose(), request.resource());
@@ -508,27 +544,25 @@ impl LeaseBackend for RedisBackend {
     }
 
     async fn release(&self, grant: &Grant) -> ReleaseReply {
-        let lease_key = self.keys.lease_key(grant.purpose(), grant.resource());
-        let channel = self.keys.release_channel(grant.purpose(), grant.resource());
-        let attempt = grant.attempt();
-        let reply = self
-            .link
-            .eval(&scripts::RELEASE, None, |cmd| {
-                cmd.arg(2)
-                    .arg(&lease_key)
-                    .arg(&channel)
-                    .arg(attempt.owner_token().expose_secret())
-                    .arg(attempt.operation().as_str())
-                    .arg(grant.fence().get())
-                    .arg(if self.sharded { "1" } else { "0" });
-            })
-            .await;
-        match reply {
-            Ok((value, _)) => {
-                decode::release(&value).unwrap_or_else(|e| ReleaseReply::Failed(unreadable(e)))
-            }
-            Err(failure) => ReleaseReply::Failed(failure),
-        }
+        self.release_script(
+            grant.purpose(),
+            grant.resource(),
+            grant.attempt(),
+            Some(grant.fence()),
+        )
+        .await
+    }
+
+    async fn release_attempt(&self, request: &LeaseRequest) -> ReleaseReply {
+        // One script on the connection the acquires went on, behind them: a late grant is
+        // undone the moment it is made.
+        self.release_script(
+            request.purpose(),
+            request.resource(),
+            request.attempt(),
+            None,
+        )
+        .await
     }
 
     fn watch(&self, purpose: &Purpose, resource: &ResourceDigest) -> leasehold::ReleaseWatch {
@@ -543,13 +577,18 @@ impl LeaseBackend for RedisBackend {
         attempt: Option<&Attempt>,
     ) -> InspectOutcome {
         let lease_key = self.keys.lease_key(purpose, resource);
+        let fence_key = self.keys.fence_key(purpose, resource);
         let (token, operation) = attempt.map_or(("", ""), |a| {
             (a.owner_token().expose_secret(), a.operation().as_str())
         });
         let reply = self
             .link
             .eval(&scripts::INSPECT, None, |cmd| {
-                cmd.arg(1).arg(&lease_key).arg(token).arg(operation);
+                cmd.arg(2)
+                    .arg(&lease_key)
+                    .arg(&fence_key)
+                    .arg(token)
+                    .arg(operation);
             })
             .await;
         match reply {

@@ -94,11 +94,24 @@ async fn fences_compare_as_numbers_not_as_text() {
             current: FenceToken::new(10).unwrap()
         }
     );
-    assert_eq!(write(u64::MAX).await, FencedWrite::Written);
-    assert_eq!(
-        write(u64::MAX - 1).await,
-        FencedWrite::Stale {
-            current: FenceToken::new(u64::MAX).unwrap()
-        }
-    );
+    // Exact at every edge of the fence range, where a Lua number would round or print as
+    // "1e+14".
+    for edge in [
+        100_000_000_000_000 - 1,
+        100_000_000_000_000,
+        (1 << 53) - 1,
+        1 << 53,
+        (1 << 53) + 1,
+        FenceToken::MAX.get() - 1,
+        FenceToken::MAX.get(),
+    ] {
+        assert_eq!(write(edge).await, FencedWrite::Written, "{edge}");
+        assert_eq!(
+            write(edge - 1).await,
+            FencedWrite::Stale {
+                current: FenceToken::new(edge).unwrap()
+            },
+            "{edge}"
+        );
+    }
 }

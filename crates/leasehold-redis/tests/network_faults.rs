@@ -41,11 +41,12 @@ async fn a_reply_lost_after_the_grant_is_indeterminate_and_a_replay_finds_it() {
         AcquireOutcome::Replayed(lease) => lease,
         other => panic!("expected Replayed, got {other:?}"),
     };
-    assert_eq!(lease.fence().get(), 1);
     assert!(lease.remaining_validity() <= TTL);
+    // The replay's fence is the counter's: had it made a second grant, the counter would have
+    // moved past the fence it returned.
     assert_eq!(
         server.cmd(&["GET", &format!("{key}:fence")]).as_string(),
-        Some("1".into()),
+        Some(lease.fence().to_string()),
         "the replay made a second grant"
     );
 }
@@ -70,7 +71,10 @@ async fn a_request_lost_on_the_way_is_indeterminate_and_a_replay_grants_it_once(
         AcquireOutcome::Acquired(lease) => lease,
         other => panic!("expected Acquired, got {other:?}"),
     };
-    assert_eq!(lease.fence().get(), 1);
+    assert_eq!(
+        common::fence_counter(&server, &client, &req),
+        Some(lease.fence().to_string())
+    );
     assert!(server.keys().contains(&key));
 }
 
@@ -92,15 +96,19 @@ async fn a_reply_held_past_the_timeout_is_indeterminate_and_not_misread_later() 
     // to the next command.
     proxy.to_client(Fault::Pass);
     let other = request(&client, "f3", "op-b", TTL);
-    match client.try_acquire(&other).await {
-        AcquireOutcome::Contended(c) => assert_eq!(c.fence.map(|f| f.get()), Some(1)),
+    let held = match client.try_acquire(&other).await {
+        AcquireOutcome::Contended(c) => c.fence.expect("the holder's fence"),
         other => panic!("expected Contended, got {other:?}"),
-    }
+    };
     let lease = match client.try_acquire(&req).await {
         AcquireOutcome::Replayed(lease) => lease,
         other => panic!("expected Replayed, got {other:?}"),
     };
-    assert_eq!(lease.fence().get(), 1);
+    assert_eq!(lease.fence(), held);
+    assert_eq!(
+        common::fence_counter(&server, &client, &req),
+        Some(held.to_string())
+    );
 }
 
 #[tokio::test]

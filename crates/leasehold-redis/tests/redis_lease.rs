@@ -6,23 +6,30 @@ use std::time::Duration;
 
 use common::{client, lease_key, pttl, request};
 use leasehold_redis::leasehold::{
-    AcquireOutcome, FenceToken, Guarantee, InspectOutcome, LeaseState, LossCause, ReleaseOutcome,
-    RenewOutcome, UnavailableCause,
+    AcquireOutcome, Guarantee, InspectOutcome, LeaseState, LossCause, ReleaseOutcome, RenewOutcome,
+    UnavailableCause,
 };
 use test_support::RedisServer;
 
 const TTL: Duration = Duration::from_secs(5);
 
 #[tokio::test]
-async fn uncontended_acquire_grants_fence_one() {
+async fn uncontended_acquire_grants_a_fence_from_the_server_clock() {
     let server = RedisServer::start();
     let client = client(&server);
     let req = request(&client, "orders/1", "op-a", TTL);
+    let before = common::server_micros(&server);
     let lease = match client.try_acquire(&req).await {
         AcquireOutcome::Acquired(lease) => lease,
         other => panic!("expected Acquired, got {other:?}"),
     };
-    assert_eq!(lease.fence(), FenceToken::new(1).unwrap());
+    let after = common::server_micros(&server);
+    // No counter yet: the fence is the server's clock in microseconds when the script ran.
+    assert!(
+        (before..=after).contains(&lease.fence().get()),
+        "{} not within {before}..={after}",
+        lease.fence()
+    );
     assert_eq!(lease.guarantee(), Guarantee::Fenced(lease.fence()));
     assert_eq!(lease.state(), LeaseState::Active);
     assert!(lease.remaining_validity() <= TTL - req.drift());
@@ -163,7 +170,7 @@ async fn release_deletes_only_the_lease_and_is_final() {
     // The fence counter outlives the lease, so the next grant gets a larger fence.
     assert_eq!(
         server.cmd(&["GET", &format!("{key}:fence")]).as_string(),
-        Some("1".to_owned())
+        Some(lease.fence().to_string())
     );
     assert_eq!(
         lease.release().await,
@@ -182,7 +189,12 @@ async fn release_deletes_only_the_lease_and_is_final() {
         .await
         .into_handle()
         .expect("free after release");
-    assert_eq!(again.fence().get(), 2);
+    assert!(
+        again.fence() > lease.fence(),
+        "{} after {}",
+        again.fence(),
+        lease.fence()
+    );
     let _ = again.release().await;
 }
 
@@ -328,6 +340,7 @@ async fn fences_strictly_increase_over_a_thousand_grants() {
     let server = RedisServer::start();
     let clients = [client(&server), client(&server)];
     let mut last = 0;
+    let start = common::server_micros(&server);
     for i in 0..1000 {
         let client = &clients[i % 2];
         let req = request(client, "orders/fenced", &format!("op-{i}"), TTL);
@@ -340,7 +353,14 @@ async fn fences_strictly_increase_over_a_thousand_grants() {
         last = lease.fence().get();
         assert_eq!(lease.release().await, ReleaseOutcome::Released);
     }
-    assert_eq!(last, 1000);
+    // Never below the clock, and ahead of it by at most one per grant made within the same
+    // microsecond.
+    let end = common::server_micros(&server);
+    assert!(last <= end + 1000, "{last} after the clock read {end}");
+    assert!(
+        last >= start + 999,
+        "{last}: the fences did not move from {start}"
+    );
 }
 
 #[tokio::test]

@@ -188,7 +188,11 @@ async fn a_stopped_server_is_indeterminate_and_a_refusing_one_unavailable() {
     }
     // The stalled command ran once the server resumed: replaying the same attempt finds it.
     let lease = loop_until_replayed(&client, &req).await;
-    assert_eq!(lease.fence().get(), 1);
+    assert_eq!(
+        common::fence_counter(&server, &client, &req),
+        Some(lease.fence().to_string()),
+        "the replay made a second grant"
+    );
     server.kill();
     let fresh = common::client(&server);
     match fresh

@@ -148,9 +148,11 @@ async fn a_cancelled_wait_leaves_nothing_held() {
         .await
         .expect("the cleanup finished");
     let key = common::lease_key(&client, &req);
-    assert_eq!(
-        server.cmd(&["GET", &format!("{key}:fence")]).as_string(),
-        Some("1".into()),
+    assert!(
+        server
+            .cmd(&["GET", &format!("{key}:fence")])
+            .as_string()
+            .is_some(),
         "the stalled acquire never ran"
     );
     assert!(!server.keys().contains(&key), "{:?}", server.keys());

@@ -66,6 +66,8 @@ pub enum UnusableKey {
     CounterNotAFence,
     /// The fence counter has reached [`FenceToken::MAX`]: no larger fence can be issued.
     FenceRangeExhausted,
+    /// A fenced record (data kept next to the lease) holds a value of another type.
+    RecordWrongType,
 }
 
 impl fmt::Display for UnusableKey {
@@ -80,6 +82,7 @@ impl fmt::Display for UnusableKey {
             UnusableKey::FenceRangeExhausted => {
                 "the fence counter is at the top of the fence range (2^63 - 1)"
             }
+            UnusableKey::RecordWrongType => "the fenced record holds a value of another type",
         })
     }
 }

@@ -67,7 +67,7 @@ pub fn lease_key(client: &RedisLeases, request: &LeaseRequest) -> String {
 
 /// Commands the lease scripts run *inside* EVALSHA; INFO commandstats counts them too.
 pub const SCRIPT_INTERNAL: &[&str] = &[
-    "get", "set", "incr", "pttl", "pexpire", "del", "publish", "spublish", "hget", "hset",
+    "get", "set", "incr", "time", "pttl", "pexpire", "del", "publish", "spublish", "hget", "hset",
 ];
 
 /// Calls per command between two commandstats snapshots, leaving out INFO itself.
@@ -99,4 +99,29 @@ pub fn pttl(server: &RedisServer, key: &str) -> i64 {
         .cmd(&["PTTL", key])
         .as_int()
         .expect("PTTL returns an integer")
+}
+
+/// The server's clock in microseconds (`TIME`): a new grant's fence is never below it.
+pub fn server_micros(server: &RedisServer) -> u64 {
+    let test_support::Reply::Array(Some(parts)) = server.cmd(&["TIME"]) else {
+        panic!("TIME did not answer an array");
+    };
+    let part = |i: usize| -> u64 {
+        parts[i]
+            .as_string()
+            .and_then(|s| s.parse().ok())
+            .expect("TIME's parts are decimals")
+    };
+    part(0) * 1_000_000 + part(1)
+}
+
+/// The fence counter of `request`'s lease, as stored.
+pub fn fence_counter(
+    server: &RedisServer,
+    client: &RedisLeases,
+    request: &LeaseRequest,
+) -> Option<String> {
+    server
+        .cmd(&["GET", &format!("{}:fence", lease_key(client, request))])
+        .as_string()
 }
