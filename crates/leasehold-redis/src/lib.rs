@@ -448,6 +448,11 @@ fn unreadable(err: decode::UnexpectedReply) -> Failure {
 impl RedisBackend {
     /// Runs `release.lua` for `attempt`'s grant with `fence`, or with whatever fence it
     /// carries (`None`).
+    ///
+    /// The release of a grant goes by EVALSHA. The release of an attempt's grant whatever its
+    /// fence is the cleanup behind an unanswered acquire, and goes by EVAL with the script's
+    /// source: a stalled server may run it only after this client has gone, when a NOSCRIPT
+    /// would have nobody to load the script and send it again.
     async fn release_script(
         &self,
         purpose: &Purpose,
@@ -457,21 +462,26 @@ impl RedisBackend {
     ) -> ReleaseReply {
         let lease_key = self.keys.lease_key(purpose, resource);
         let channel = self.keys.release_channel(purpose, resource);
-        let reply = self
-            .link
-            .eval(&scripts::RELEASE, None, |cmd| {
-                cmd.arg(2)
-                    .arg(&lease_key)
-                    .arg(&channel)
-                    .arg(attempt.owner_token().expose_secret())
-                    .arg(attempt.operation().as_str());
-                match fence {
-                    Some(fence) => cmd.arg(fence.get()),
-                    None => cmd.arg(""),
-                };
-                cmd.arg(if self.sharded { "1" } else { "0" });
-            })
-            .await;
+        let args = |cmd: &mut redis::Cmd| {
+            cmd.arg(2)
+                .arg(&lease_key)
+                .arg(&channel)
+                .arg(attempt.owner_token().expose_secret())
+                .arg(attempt.operation().as_str());
+            match fence {
+                Some(fence) => cmd.arg(fence.get()),
+                None => cmd.arg(""),
+            };
+            cmd.arg(if self.sharded { "1" } else { "0" });
+        };
+        let reply = match fence {
+            Some(_) => self.link.eval(&scripts::RELEASE, None, args).await,
+            None => self
+                .link
+                .eval_source(&scripts::RELEASE, args)
+                .await
+                .map(|value| (value, None)),
+        };
         match reply {
             Ok((value, _)) => {
                 decode::release(&value).unwrap_or_else(|e| ReleaseReply::Failed(unreadable(e)))

@@ -312,6 +312,35 @@ impl Link {
         }
     }
 
+    /// Runs `script` by `EVAL` with its whole source, never by SHA: for a command that must
+    /// work even when nobody will be there to answer a NOSCRIPT (the cleanup sent behind an
+    /// unanswered acquire, which a stalled server may only run after the client has gone).
+    /// One round trip, no retry.
+    pub(crate) async fn eval_source(
+        &self,
+        script: &LeaseScript,
+        args: impl Fn(&mut Cmd),
+    ) -> Result<Value, Failure> {
+        let _permit = self
+            .in_flight
+            .try_acquire()
+            .map_err(|_| Failure::Overloaded)?;
+        let current = self.connection().await.map_err(Failure::Unavailable)?;
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(script.source);
+        args(&mut eval);
+        match self.send(&current, &eval).await {
+            Ok(value) => Ok(value),
+            Err(Classified::NotApplied(u)) => Err(Failure::Unavailable(u)),
+            Err(Classified::Unknown(i)) => Err(Failure::Indeterminate(i)),
+            // EVAL carries its source: NOSCRIPT cannot come back, and if it did, nothing ran.
+            Err(Classified::NoScript) => Err(Failure::Unavailable(Unavailable::new(
+                UnavailableCause::ScriptMissing,
+                format!("NOSCRIPT for EVAL of the {} script", script.name),
+            ))),
+        }
+    }
+
     /// Connects and loads `scripts`, so that later commands are one round trip each.
     pub(crate) async fn load(&self, scripts: &[&LeaseScript]) -> Result<(), Failure> {
         let current = self.connection().await.map_err(Failure::Unavailable)?;
