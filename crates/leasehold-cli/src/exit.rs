@@ -7,14 +7,20 @@
 
 use std::process::{ExitCode, ExitStatus};
 
+use leasehold_redis::leasehold::UnusableKey;
+
 /// A flag, a duration or a value is wrong; nothing was sent.
 pub(crate) const USAGE: u8 = 2;
 /// The lease was not acquired within `--wait` (another holder has it).
 pub(crate) const NOT_ACQUIRED: u8 = 75;
 /// Redis is unavailable, or the outcome stayed unknown, before the command started.
 pub(crate) const UNAVAILABLE: u8 = 69;
-/// The lease was lost while the command ran; the command was stopped.
+/// The lease was lost while the command ran (the command was stopped), or the release found
+/// that it had ended before the command did.
 pub(crate) const LEASE_LOST: u8 = 70;
+/// A key the lease needs holds something leasehold cannot use (`EX_DATAERR`); nothing was
+/// written.
+pub(crate) const UNUSABLE_KEY: u8 = 65;
 /// The command was found but could not be started.
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found.
@@ -24,6 +30,24 @@ pub(crate) const FAILURE: u8 = 1;
 /// Stdout was closed under us (`leasehold demo | head`): 128 + SIGPIPE, as the shell reports a
 /// tool that SIGPIPE ended. (Rust programs ignore SIGPIPE, so the write fails instead.)
 pub(crate) const BROKEN_PIPE: u8 = 128 + 13;
+
+/// Says what is wrong with a key the lease needs, and returns [`UNUSABLE_KEY`].
+pub(crate) fn unusable_key(what: UnusableKey, shown: &str) -> u8 {
+    let remedy = match what {
+        UnusableKey::FenceRangeExhausted => {
+            "no larger fence can be issued; lease this resource under another purpose or \
+             namespace"
+        }
+        _ => {
+            "something other than leasehold wrote there; remove or rename that key, or use \
+             another --namespace"
+        }
+    };
+    eprintln!(
+        "leasehold: cannot use the lease's keys at {shown}: {what}; nothing was written: {remedy}"
+    );
+    UNUSABLE_KEY
+}
 
 /// Returns true if and only if `error` is, or was caused by, a write to a closed pipe.
 pub(crate) fn is_broken_pipe(error: &anyhow::Error) -> bool {
@@ -38,8 +62,9 @@ pub(crate) fn is_broken_pipe(error: &anyhow::Error) -> bool {
 pub(crate) const SUMMARY: &str = "\
 Exit status of `run`: the command's own (128+N if signal N ended it); 75 lease not acquired
 within --wait; 69 Redis unavailable or outcome unknown before the command started; 70 lease
-lost while the command ran (it was stopped); 126/127 command not executable / not found;
-2 usage error. Use --help for more.";
+lost while the command ran, or found gone at release; 65 a lease key holds something
+leasehold cannot use; 126/127 command not executable / not found; 2 usage error; 1 internal
+failure. Use --help for more.";
 
 /// The full table, shown under `--help`.
 pub(crate) const TABLE: &str = "\
@@ -49,15 +74,22 @@ Exit status of `run`:
   75       the lease was not acquired within --wait: another holder has it
   69       Redis unavailable, or the acquire's outcome stayed unknown, before the command
            started; the command was not started
-  70       the lease was lost while the command (or what it left running) ran; it was
-           stopped
+  70       the lease was lost while the command (or what it left running) ran, and it was
+           stopped; or the command finished but the release found the lease already gone
+           (expired, deleted, evicted, lost in a restart) or held by another grant: its work
+           may not have been covered by the lease
+  65       a key the lease needs holds something leasehold cannot use (a hash or a list at
+           the lease key, a fence counter that is not a fence or is at 2^63-1); nothing was
+           written and the command was not started
   126      the command could not be executed
   127      the command was not found
   2        usage error: a bad flag, duration or value; nothing was sent
+  1        leasehold itself failed: it could not catch signals or lost track of the command
 If leasehold itself gets SIGHUP, SIGINT, SIGQUIT or SIGTERM before the command starts, it
 gives up and exits with 128+N (129, 130, 131, 143).
 
-`inspect`: 0 (held or free), 69 Redis unavailable or no answer, 2 usage error.
+`inspect`: 0 (held or free), 69 Redis unavailable or no answer, 65 a lease key holds
+something leasehold cannot use, 2 usage error.
 `demo`: 0, 69 no redis-server could be started or reached, 2 usage error, 1 otherwise.
 
 Environment: LEASEHOLD_REDIS_URL (--redis), LEASEHOLD_NAMESPACE (--namespace),

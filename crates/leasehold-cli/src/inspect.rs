@@ -3,7 +3,7 @@
 use std::io::Write as _;
 
 use leasehold_redis::RedisBackend;
-use leasehold_redis::leasehold::{InspectOutcome, LeaseView};
+use leasehold_redis::leasehold::{InspectOutcome, LeaseView, UnavailableCause};
 use serde_json::{Value, json};
 
 use crate::config::InspectConfig;
@@ -26,6 +26,9 @@ pub(crate) async fn inspect(config: InspectConfig) -> u8 {
         InspectOutcome::Free => None,
         InspectOutcome::HeldByOther(view) | InspectOutcome::HeldByThisAttempt(view) => Some(view),
         InspectOutcome::Unavailable(u) => {
+            if let UnavailableCause::UnusableKey(what) = u.cause {
+                return exit::unusable_key(what, &shown);
+            }
             eprintln!("leasehold: Redis unavailable at {shown}: {u}");
             return exit::UNAVAILABLE;
         }

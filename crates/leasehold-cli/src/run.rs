@@ -19,7 +19,8 @@ use std::time::Duration;
 use leasehold_redis::RedisBackend;
 use leasehold_redis::RedisLeases;
 use leasehold_redis::leasehold::{
-    AcquireOutcome, InspectOutcome, LeaseHandle, LeaseRequest, ReleaseOutcome, Watchdog,
+    AcquireOutcome, LeaseHandle, LeaseRequest, LeaseState, ReleaseOutcome, UnavailableCause,
+    Watchdog,
 };
 use tokio::time::Instant;
 
@@ -36,7 +37,7 @@ const RESOLVE_BUDGET: Duration = Duration::from_secs(1);
 /// refused port, a script error) is not hammered in a tight loop until the budget is spent.
 const REPLAY_PAUSE: Duration = Duration::from_millis(50);
 /// How long each step of the cleanup after an interrupted acquire may take: waiting for the
-/// library's background cleanup, then finding and releasing this attempt's grant.
+/// library's background cleanup, then releasing this attempt's grant.
 const CLEANUP_BUDGET: Duration = Duration::from_secs(1);
 
 /// Runs `leasehold run` and returns its exit code.
@@ -117,11 +118,24 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
 
     // Returns once nothing of the command's group is left: only then may the lease go.
     let Ended { status, lease_lost } = supervise(&mut command, &kept, stop, &mut signals).await;
-    report_release(kept.release().await);
+    let ended_early = report_release(kept.release().await);
     if lease_lost {
         eprintln!(
             "leasehold: the lease was lost while the command ran; its work may not have been \
              covered by the lease"
+        );
+        return exit::LEASE_LOST;
+    }
+    if let Some(found) = ended_early {
+        // The command exited while the lease still looked valid, yet the grant was gone by
+        // the release: it ended before the work did, and may have been granted to another.
+        eprintln!(
+            "leasehold: the lease ended before the command did: the release found {found}; its \
+             work may not have been covered by the lease (the command exited {})",
+            match &status {
+                Ok(status) => format!("with status {}", exit::of_child(*status)),
+                Err(_) => "untracked".to_owned(),
+            }
         );
         return exit::LEASE_LOST;
     }
@@ -178,12 +192,28 @@ async fn resolve(
         }
         tokio::time::sleep_until((Instant::now() + REPLAY_PAUSE).min(deadline)).await;
     }
-    eprintln!(
-        "leasehold: the outcome is still unknown after {} ({last}); a grant may exist for this \
-         attempt and will expire within {}; the command was not started",
-        format_duration(budget),
-        format_duration(request.ttl()),
+    let unknown = format!(
+        "leasehold: the outcome is still unknown after {} ({last}); the command was not started",
+        format_duration(budget)
     );
+    // Redis may still apply the unanswered acquire: a stalled server runs what waits on its
+    // socket when it resumes, long after we are gone. A release of this attempt sent now goes
+    // behind it on the same connection, and undoes that grant the moment it is made.
+    match tokio::time::timeout(CLEANUP_BUDGET, client.release_attempt(request)).await {
+        Ok(ReleaseOutcome::Released) => {
+            eprintln!("{unknown}; the acquire had been applied, and its grant is released");
+        }
+        Ok(ReleaseOutcome::AlreadyGone | ReleaseOutcome::NotOwner) => {
+            eprintln!("{unknown}; no grant of this attempt is left");
+        }
+        _ => eprintln!(
+            "{unknown}. A release of this attempt was sent behind the acquire on the same \
+             connection: Redis runs them in order, so a grant it makes when it gets to the \
+             acquire is removed at once. Only if that connection broke first can a grant \
+             still appear, when Redis applies the acquire, and live up to {} from then.",
+            format_duration(request.ttl())
+        ),
+    }
     Err(exit::UNAVAILABLE)
 }
 
@@ -209,6 +239,9 @@ fn not_acquired(outcome: AcquireOutcome<RedisBackend>, request: &LeaseRequest, s
             exit::NOT_ACQUIRED
         }
         AcquireOutcome::Unavailable(u) => {
+            if let UnavailableCause::UnusableKey(what) = u.cause {
+                return exit::unusable_key(what, shown);
+            }
             eprintln!("leasehold: Redis unavailable at {shown}: {u}; the command was not started");
             exit::UNAVAILABLE
         }
@@ -228,11 +261,11 @@ fn not_acquired(outcome: AcquireOutcome<RedisBackend>, request: &LeaseRequest, s
 
 /// Cleans up after an acquire that was interrupted: a grant may exist for the attempt.
 ///
-/// First the library's own cleanup: a waiting acquire that is dropped replays its attempt
-/// and releases what it finds in a background task, which the runtime's shutdown at exit
-/// would cut off half-way. Then, with the background quiet, this attempt's grant is looked
-/// for and released, retried at a pace until a definite answer or the budget's end. Anything
-/// short of "free", "held by another" or a confirmed release is reported.
+/// First the library's own cleanup: a waiting acquire that is dropped releases its attempt's
+/// grant in a background task, which the runtime's shutdown at exit
+/// would cut off half-way. Then, with the background quiet, this attempt's grant is released
+/// (whatever its fence, never by making one), retried at a pace until a definite answer or the
+/// budget's end. Anything short of a definite answer is reported.
 async fn abandon(client: &RedisLeases, request: &LeaseRequest) {
     if tokio::time::timeout(CLEANUP_BUDGET, client.settle())
         .await
@@ -264,33 +297,10 @@ async fn abandon(client: &RedisLeases, request: &LeaseRequest) {
     }
 }
 
-/// Releases this attempt's grant if there is one. `Ok` means none is left for certain: the
-/// lease is free, held by another, or was released; `Err` says why that is not known.
+/// Releases this attempt's grant if there is one, never making one. `Ok` means none is left
+/// for certain: it was released, or there was none; `Err` says why that is not known.
 async fn release_this_attempt(client: &RedisLeases, request: &LeaseRequest) -> Result<(), String> {
-    // Read-only first: replaying when nothing is held would make a grant just to drop it.
-    match client
-        .inspect(
-            request.purpose(),
-            request.resource(),
-            Some(request.attempt()),
-        )
-        .await
-    {
-        InspectOutcome::Free | InspectOutcome::HeldByOther(_) => return Ok(()),
-        InspectOutcome::HeldByThisAttempt(_) => {}
-        InspectOutcome::Indeterminate(i) => return Err(i.to_string()),
-        InspectOutcome::Unavailable(u) => return Err(u.to_string()),
-        other => return Err(format!("{other:?}")),
-    }
-    let lease = match client.try_acquire(request).await {
-        AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease) => lease,
-        // Someone else's now: this attempt's grant expired in between.
-        AcquireOutcome::Contended(_) | AcquireOutcome::OwnerOperationConflict(_) => return Ok(()),
-        AcquireOutcome::Indeterminate { cause, .. } => return Err(cause.to_string()),
-        AcquireOutcome::Unavailable(u) => return Err(u.to_string()),
-        other => return Err(other.name().to_owned()),
-    };
-    match lease.release().await {
+    match client.release_attempt(request).await {
         ReleaseOutcome::Released | ReleaseOutcome::AlreadyGone | ReleaseOutcome::NotOwner => Ok(()),
         ReleaseOutcome::Indeterminate(i) => Err(i.to_string()),
         ReleaseOutcome::Unavailable(u) => Err(u.to_string()),
@@ -314,11 +324,18 @@ fn spawn(
         .spawn()
 }
 
-fn report_release(outcome: ReleaseOutcome) {
+/// Reports a release that was not confirmed. Returns what the release found when it proves the
+/// lease had ended before it: no grant at all, or another grant.
+fn report_release(outcome: ReleaseOutcome) -> Option<&'static str> {
     match outcome {
-        ReleaseOutcome::Released | ReleaseOutcome::AlreadyGone => {}
-        // Released or lost already, or another holder has it: nothing left to release.
-        ReleaseOutcome::Refused { .. } | ReleaseOutcome::NotOwner => {}
+        ReleaseOutcome::Released => None,
+        ReleaseOutcome::AlreadyGone => Some("no grant (expired, deleted, evicted or lost)"),
+        ReleaseOutcome::NotOwner => Some("another grant"),
+        ReleaseOutcome::Refused {
+            state: LeaseState::Lost,
+        } => Some("that the lease was lost"),
+        // Released already: nothing left to release.
+        ReleaseOutcome::Refused { .. } => None,
         other => {
             let why = match &other {
                 ReleaseOutcome::Indeterminate(i) => i.to_string(),
@@ -329,6 +346,7 @@ fn report_release(outcome: ReleaseOutcome) {
                 "leasehold: the release was not confirmed ({why}); the lease lives until its TTL \
                  runs out"
             );
+            None
         }
     }
 }
