@@ -158,7 +158,64 @@ async fn work_under_a_lease_is_cancelled_on_loss_and_the_lease_released_after() 
         .await
         .unwrap();
     deleting.await.unwrap();
-    assert_eq!(lost.result, Err(LossReason::LostToAnother));
+    let uncovered = lost.result.expect_err("cancelled");
+    assert_eq!(uncovered.reason, LossReason::LostToAnother);
+    assert_eq!(uncovered.output, None);
+}
+
+/// A grant deleted (or evicted, flushed, lost in a restart) between two renewals, by work
+/// that then finishes before the next one: only the release can tell, and it must not be
+/// reported as covered.
+#[tokio::test]
+async fn work_that_finishes_after_its_grant_vanished_is_not_covered() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let watchdog = Watchdog::default();
+    for wipe in [["DEL", "<key>"], ["FLUSHALL", ""]] {
+        let req = request(&client, "k10", "op-a", Duration::from_secs(30));
+        let key = lease_key(&client, &req);
+        let wipe: Vec<&str> = wipe
+            .iter()
+            .filter(|a| !a.is_empty())
+            .map(|a| if *a == "<key>" { key.as_str() } else { a })
+            .collect();
+        let handle = client.try_acquire(&req).await.into_handle().expect("free");
+        let scoped = watchdog
+            .run(handle, async {
+                server.cmd(&wipe);
+                "done"
+            })
+            .await
+            .unwrap();
+        assert_eq!(scoped.release, ReleaseOutcome::AlreadyGone, "{wipe:?}");
+        assert!(scoped.release.ended_early());
+        let uncovered = scoped.result.expect_err("reported as covered");
+        assert_eq!(uncovered.reason, LossReason::LostToAnother, "{wipe:?}");
+        assert_eq!(uncovered.output, Some("done"));
+    }
+    // A kept lease whose grant vanished: its release says so, and so does its signal.
+    let req = request(&client, "k12", "op-a", Duration::from_secs(30));
+    let handle = client.try_acquire(&req).await.into_handle().expect("free");
+    let kept = watchdog.keep(handle).map_err(|(e, _)| e).unwrap();
+    let signal = kept.signal().clone();
+    server.cmd(&["DEL", &lease_key(&client, &req)]);
+    assert_eq!(kept.release().await, ReleaseOutcome::AlreadyGone);
+    assert_eq!(signal.reason(), Some(LossReason::LostToAnother));
+    // A kept lease released after another was granted the key: NotOwner, and the signal says
+    // the lease was lost, not released.
+    let req = request(&client, "k11", "op-a", Duration::from_secs(30));
+    let handle = client.try_acquire(&req).await.into_handle().expect("free");
+    let kept = watchdog.keep(handle).map_err(|(e, _)| e).unwrap();
+    let signal = kept.signal().clone();
+    server.cmd(&["DEL", &lease_key(&client, &req)]);
+    let other = client
+        .try_acquire(&request(&client, "k11", "op-b", Duration::from_secs(30)))
+        .await
+        .into_handle()
+        .expect("free again");
+    assert_eq!(kept.release().await, ReleaseOutcome::NotOwner);
+    assert_eq!(signal.reason(), Some(LossReason::LostToAnother));
+    assert_eq!(other.release().await, ReleaseOutcome::Released);
 }
 
 #[tokio::test]

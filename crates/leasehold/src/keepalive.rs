@@ -433,7 +433,8 @@ impl<B: LeaseBackend> KeptLease<B> {
     /// Stops renewing and releases the lease. No renewal is sent after the release.
     ///
     /// The signal then fires with the outcome's reason: [`LossReason::Released`] for
-    /// `Released` and `AlreadyGone`, [`LossReason::LostToAnother`] for `NotOwner`, and
+    /// `Released`, [`LossReason::LostToAnother`] for `AlreadyGone` and `NotOwner` (the grant
+    /// was gone before the release: see [`ReleaseOutcome::ended_early`]), and
     /// [`LossReason::Unreachable`] for `Indeterminate`, `Unavailable` and `Overloaded` (the
     /// lease is then neither renewed nor known to be released). The handle is dropped: to try
     /// a release that was not applied again, use
@@ -476,10 +477,51 @@ impl<B: LeaseBackend> KeptLease<B> {
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct Scoped<T> {
-    /// The work's output, or why it was cancelled.
-    pub result: Result<T, LossReason>,
+    /// The work's output if the lease covered it to its end; otherwise why it did not.
+    pub result: Result<T, Uncovered<T>>,
     /// What the release at the end said.
     pub release: ReleaseOutcome,
+}
+
+/// Work the lease did not cover to its end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Uncovered<T> {
+    /// Why: the loss signal's reason when it fired, or [`LossReason::LostToAnother`] when the
+    /// release at the end found the grant gone or replaced.
+    pub reason: LossReason,
+    /// The work's output, if it finished: the release then proved the lease had ended before
+    /// it (see [`ReleaseOutcome::ended_early`]), so part of it may have run while another
+    /// holder had the lease. `None` if the work was cancelled (dropped) on the signal.
+    pub output: Option<T>,
+}
+
+impl<T> fmt::Display for Uncovered<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.output {
+            None => write!(f, "the work was cancelled: {}", self.reason),
+            Some(_) => write!(
+                f,
+                "the work finished, but the lease had ended before it ({})",
+                self.reason
+            ),
+        }
+    }
+}
+
+impl<T: fmt::Debug> std::error::Error for Uncovered<T> {}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::LostToAnother => "the server no longer holds this grant",
+            LossReason::Released => "the lease was released",
+            LossReason::Expired => "the local validity ran out before a renewal was confirmed",
+            LossReason::Unreachable => "renewals failed or went unanswered until the margin",
+            LossReason::WatchdogStopped => "the watchdog stopped",
+            LossReason::Dropped => "the kept lease was dropped",
+        })
+    }
 }
 
 impl Watchdog {
@@ -589,6 +631,11 @@ impl Watchdog {
     /// Runs `work` under `handle`: renews while it runs, cancels it (drops it) on loss, and
     /// releases the lease at the end either way.
     ///
+    /// The result is `Ok` only if the lease covered the work to its end: the signal did not
+    /// fire first, and the release did not find the grant gone or replaced. A release that
+    /// finds it so proves the lease ended before the work did (deleted, evicted, flushed, lost
+    /// in a restart between two renewals): the output comes back inside [`Uncovered`].
+    ///
     /// # Errors
     ///
     /// As [`keep`](Self::keep) ([`ErrorKind::InvalidSetting`], [`ErrorKind::WatchdogFull`]),
@@ -611,11 +658,24 @@ impl Watchdog {
             }
         };
         let signal = kept.signal().clone();
-        let result = tokio::select! {
-            output = work => Ok(output),
+        let finished = tokio::select! {
+            // A loss seen together with the work's end wins: it cannot be ruled out.
+            biased;
             reason = signal.lost() => Err(reason),
+            output = work => Ok(output),
         };
         let release = kept.release().await;
+        let result = match finished {
+            Ok(output) if release.ended_early() => Err(Uncovered {
+                reason: LossReason::LostToAnother,
+                output: Some(output),
+            }),
+            Ok(output) => Ok(output),
+            Err(reason) => Err(Uncovered {
+                reason,
+                output: None,
+            }),
+        };
         Ok(Scoped { result, release })
     }
 }
@@ -938,11 +998,13 @@ fn must_fire(settings: &KeepAliveSettings, lease: &dyn Renewable) -> Option<Loss
 fn release_reason(outcome: &ReleaseOutcome) -> LossReason {
     match outcome {
         ReleaseOutcome::Released
-        | ReleaseOutcome::AlreadyGone
         | ReleaseOutcome::Refused {
             state: LeaseState::Released,
         } => LossReason::Released,
-        ReleaseOutcome::NotOwner | ReleaseOutcome::Refused { .. } => LossReason::LostToAnother,
+        // The grant was gone before the release came: the lease ended under the work.
+        ReleaseOutcome::AlreadyGone | ReleaseOutcome::NotOwner | ReleaseOutcome::Refused { .. } => {
+            LossReason::LostToAnother
+        }
         // Not applied, or not known to be: neither renewed any more nor known to be released.
         ReleaseOutcome::Indeterminate(_)
         | ReleaseOutcome::Unavailable(_)

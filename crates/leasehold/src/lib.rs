@@ -84,7 +84,9 @@ pub use error::{Error, ErrorKind};
 pub use fence::{FenceGate, FenceToken, Guarantee, StaleFence};
 pub use handle::{LeaseHandle, LeaseState};
 pub use id::{Attempt, HolderFingerprint, OperationId, OwnerToken, Purpose, ResourceDigest};
-pub use keepalive::{KeepAliveSettings, KeptLease, LossReason, LossSignal, Scoped, Watchdog};
+pub use keepalive::{
+    KeepAliveSettings, KeptLease, LossReason, LossSignal, Scoped, Uncovered, Watchdog,
+};
 pub use outcome::{
     Contention, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseView, LossCause,
     ReleaseOutcome, RenewOutcome, Unavailable, UnavailableCause, UnusableKey,

@@ -247,9 +247,12 @@ impl RenewOutcome {
 pub enum ReleaseOutcome {
     /// This grant held the key and the server deleted it.
     Released,
-    /// The key was already gone (expired); nothing was deleted.
+    /// The key was already gone: the lease expired, or was deleted, evicted or lost in a
+    /// restart, before this release. Nothing was deleted. The lease ended before the release:
+    /// work done up to it may not have been covered ([`ended_early`](Self::ended_early)).
     AlreadyGone,
-    /// Another holder has the key; it was left alone and the handle is `Lost`.
+    /// Another holder has the key; it was left alone and the handle is `Lost`. The lease
+    /// ended before the release, and may have been granted to another while the work ran.
     NotOwner,
     /// Sent, outcome unknown: the key may or may not have been deleted. The handle is
     /// `Unknown` with no remaining validity.
@@ -263,6 +266,28 @@ pub enum ReleaseOutcome {
         /// The state that refused it.
         state: LeaseState,
     },
+}
+
+impl ReleaseOutcome {
+    /// Returns true if and only if the release proves the lease had ended before it: the
+    /// server held no grant (`AlreadyGone`) or another one (`NotOwner`), or the handle had
+    /// already been found lost (`Refused` in [`LeaseState::Lost`]).
+    ///
+    /// Work that finished while the lease still looked valid was then not covered to its
+    /// end: the grant was gone (deleted, evicted, flushed, lost in a restart) before the work
+    /// did, and another holder may have been granted the lease meanwhile. A release retried
+    /// after an `Indeterminate` one cannot tell its own earlier deletion from an early end,
+    /// so it is no proof then.
+    pub fn ended_early(&self) -> bool {
+        matches!(
+            self,
+            ReleaseOutcome::AlreadyGone
+                | ReleaseOutcome::NotOwner
+                | ReleaseOutcome::Refused {
+                    state: LeaseState::Lost
+                }
+        )
+    }
 }
 
 /// What the server holds for a resource.
