@@ -13,7 +13,9 @@
 -- never deleted. After a release the fence is published on the release channel, so that
 -- waiters retry at once; an expiry publishes nothing. On a cluster the channel is a shard
 -- channel in the lease's slot, so SPUBLISH reaches the subscribers of this node only, with no
--- broadcast over the cluster bus. Allowed under maxmemory (allow-oom).
+-- broadcast over the cluster bus. An announcement the server refuses (an ACL without the
+-- channel) is skipped: waiters then fall back to the holder's TTL. Allowed under maxmemory
+-- (allow-oom).
 --
 -- Replies:
 --   {1}    released: the key was deleted and the release published
@@ -34,9 +36,12 @@ if current ~= fence .. ':' .. ARGV[1] .. ':' .. ARGV[2] then
   return {-1}
 end
 redis.call('DEL', KEYS[1])
+-- The announcement is a hint that wakes waiters early. It must not turn a release that
+-- deleted the key into an error: an ACL that forbids the channel (Redis 7 gives a new user no
+-- channels) would make the reply say the release may not have happened.
 if ARGV[4] == '1' then
-  redis.call('SPUBLISH', KEYS[2], fence)
+  redis.pcall('SPUBLISH', KEYS[2], fence)
 else
-  redis.call('PUBLISH', KEYS[2], fence)
+  redis.pcall('PUBLISH', KEYS[2], fence)
 end
 return {1}

@@ -114,3 +114,31 @@ async fn a_user_without_access_to_the_keys_is_refused_not_unknown() {
     }
     assert!(server.keys().is_empty());
 }
+
+/// A user allowed the lease keys but no pub/sub channel (Redis 7's default for a new user):
+/// the release deletes the key and then may not announce it. The announcement is a hint, so
+/// the release is `Released`, never "not applied" for a key that is gone.
+#[tokio::test]
+async fn a_release_the_acl_forbids_announcing_is_still_released() {
+    let server = RedisServer::start_with_args(&[
+        "--user",
+        "quiet",
+        "on",
+        ">quiet-pass",
+        "~leasehold:*",
+        "resetchannels",
+        "+@all",
+    ]);
+    let client = open(
+        &format!("redis://quiet:quiet-pass@127.0.0.1:{}", server.port()),
+        RedisSettings::default(),
+    );
+    let req = request(&client, "t5", "op-a", TTL);
+    let lease = client.try_acquire(&req).await.into_handle().expect("free");
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    assert!(
+        server.keys().iter().all(|k| k.ends_with(":fence")),
+        "{:?}",
+        server.keys()
+    );
+}
