@@ -69,6 +69,7 @@ use leasehold::{
 
 mod classify;
 mod decode;
+mod eviction;
 pub mod fenced;
 pub mod keys;
 mod link;
@@ -326,6 +327,7 @@ impl RedisBackend {
             sharded: matches!(connector, link::Connector::Cluster(_)),
             link: Link::new(
                 connector,
+                endpoint.clone(),
                 settings.connect_timeout(),
                 settings.max_in_flight(),
             ),

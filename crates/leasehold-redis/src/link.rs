@@ -16,6 +16,7 @@
 //! lost connection, a `READONLY` reply (a demoted master) or a response timeout (a stalled
 //! one) drops it, so the next command asks the Sentinels again.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -129,6 +130,10 @@ struct Current {
 
 pub(crate) struct Link {
     connector: Connector,
+    /// Host and port, for diagnostics (never credentials).
+    endpoint: String,
+    /// Set once the first connection has looked at the server's eviction policy.
+    eviction_checked: AtomicBool,
     connect_timeout: Duration,
     current: Mutex<Option<Current>>,
     generation: Mutex<u64>,
@@ -139,11 +144,14 @@ pub(crate) struct Link {
 impl Link {
     pub(crate) fn new(
         connector: Connector,
+        endpoint: String,
         connect_timeout: Duration,
         max_in_flight: usize,
     ) -> Self {
         Self {
             connector,
+            endpoint,
+            eviction_checked: AtomicBool::new(false),
             connect_timeout,
             current: Mutex::new(None),
             generation: Mutex::new(0),
@@ -180,6 +188,17 @@ impl Link {
                 ));
             }
         };
+        if !self.eviction_checked.swap(true, Ordering::Relaxed) {
+            // Once per backend, on its first connection: a policy that can evict leases is
+            // worth a warning before the first lease, not after the first loss.
+            let mut probe = connection.clone();
+            let query = async move {
+                let mut cmd = redis::cmd("CONFIG");
+                cmd.arg("GET").arg("maxmemory-policy").arg("maxmemory");
+                probe.query(&cmd).await.and_then(server_error)
+            };
+            crate::eviction::check(query, self.connect_timeout, &self.endpoint).await;
+        }
         let generation = {
             let mut g = self
                 .generation
