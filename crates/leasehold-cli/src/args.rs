@@ -83,7 +83,8 @@ Run a command while holding a lease on RESOURCE.
 leasehold acquires the lease (waiting up to --wait), starts the command with these variables in
 its environment:
 
-  LEASEHOLD_FENCE            the fencing token of this grant (decimal); pass it to every write
+  LEASEHOLD_FENCE            the fencing token of this grant: a decimal up to 2^63-1 (store it
+                             as a 64-bit BIGINT); pass it to every write
   LEASEHOLD_RESOURCE_DIGEST  the resource's digest (sha256:...), as stored in Redis
   LEASEHOLD_TTL_MS           the lease's TTL in milliseconds
 

@@ -164,7 +164,9 @@ impl ReleaseWatch {
 /// Implementations must keep these contracts, which the handle's safety rests on:
 ///
 /// - `acquire` grants only if the key is absent, and then with a fencing token larger than any
-///   this server lineage issued before for the resource; a replay by the same attempt returns
+///   issued before for the resource — also, within the backend's documented assumptions, after
+///   its server lost the counter (the Redis backend: never below the server's clock in
+///   microseconds); a replay by the same attempt returns
 ///   the same token and the *current* remaining TTL without extending it;
 /// - `renew` and `release` act only if the stored grant is exactly the given one (owner token,
 ///   operation id and fence);

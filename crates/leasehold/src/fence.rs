@@ -78,8 +78,8 @@ pub enum Guarantee {
     EfficiencyOnly,
     /// As `EfficiencyOnly`, plus a fencing token. Writes are safe from stale holders **only**
     /// where the effect target checks the token (see [`FenceGate`]). It does not cover targets
-    /// that ignore the token, nor a server failover that loses the fence counter's last
-    /// increments (use replicated, WAIT-gated grants for that).
+    /// that ignore the token, nor a backend that re-issues a token: on Redis, a lost fence
+    /// counter together with a server clock stepped back by more than the loss took.
     Fenced(FenceToken),
 }
 
