@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use common::{client, client_commands, client_with, delta, lease_key, pttl, request};
 use leasehold_redis::leasehold::{
-    AcquireOutcome, BootClock, Clock, DriftBudget, ErrorKind, IndeterminateCause, InspectOutcome,
-    LeaseRequest, LeaseState, OperationId, Purpose, ReleaseOutcome, RenewOutcome, ResourceDigest,
-    UnavailableCause,
+    AcquireOutcome, BootClock, Clock, DriftBudget, ErrorKind, FenceToken, IndeterminateCause,
+    InspectOutcome, LeaseRequest, LeaseState, LossCause, OperationId, Purpose, ReleaseOutcome,
+    RenewOutcome, ResourceDigest, UnavailableCause, UnusableKey,
 };
 use leasehold_redis::{RedisBackend, RedisSettings};
 use test_support::RedisServer;
@@ -417,4 +417,137 @@ async fn owner_tokens_never_appear_in_text() {
         }
     }
     assert_ne!(lease.state(), LeaseState::Active);
+}
+
+/// Fences are exact over their whole range: granted, stored, inspected, renewed and released
+/// at the edges where Lua numbers print as `1e+14` (10^14) or round (2^53), and refused with
+/// nothing written at the top (2^63 − 1).
+#[tokio::test]
+async fn fences_are_exact_at_every_edge_of_their_range() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let top = FenceToken::MAX.get();
+    for (i, counter) in [
+        99_999_999_999_999u64,
+        100_000_000_000_000,
+        (1 << 53) - 1,
+        1 << 53,
+        top - 1,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let req = request(&client, "edges", &format!("op-{i}"), Duration::from_secs(5));
+        let fence_key = format!("{}:fence", lease_key(&client, &req));
+        server.cmd(&["SET", &fence_key, &counter.to_string()]);
+        let before = common::server_micros(&server);
+        let lease = client.try_acquire(&req).await.into_handle().expect("free");
+        let after = common::server_micros(&server);
+        let fence = lease.fence().get();
+        // max(counter + 1, the clock when the script ran), exactly.
+        assert!(
+            ((counter + 1).max(before)..=(counter + 1).max(after)).contains(&fence),
+            "counter {counter}: fence {fence}, clock {before}..={after}"
+        );
+        let stored = server
+            .cmd(&["GET", &lease_key(&client, &req)])
+            .as_string()
+            .unwrap();
+        assert!(
+            stored.starts_with(&format!("{fence}:")),
+            "{counter}: stored {}",
+            &stored[..19]
+        );
+        match client
+            .inspect(req.purpose(), req.resource(), Some(req.attempt()))
+            .await
+        {
+            InspectOutcome::HeldByThisAttempt(view) => assert_eq!(view.fence, Some(lease.fence())),
+            other => panic!("{counter}: {other:?}"),
+        }
+        assert!(lease.renew().await.is_renewed(), "{counter}");
+        assert_eq!(lease.release().await, ReleaseOutcome::Released, "{counter}");
+        assert_eq!(
+            server.cmd(&["GET", &fence_key]).as_string(),
+            Some(fence.to_string())
+        );
+    }
+    let req = request(&client, "edges", "op-top", Duration::from_secs(5));
+    match client.try_acquire(&req).await {
+        AcquireOutcome::Unavailable(u) => assert_eq!(
+            u.cause,
+            UnavailableCause::UnusableKey(UnusableKey::FenceRangeExhausted)
+        ),
+        other => panic!("expected FenceRangeExhausted, got {other:?}"),
+    }
+    assert_eq!(
+        server
+            .cmd(&["GET", &format!("{}:fence", lease_key(&client, &req))])
+            .as_string(),
+        Some(top.to_string())
+    );
+    assert!(!server.keys().contains(&lease_key(&client, &req)));
+}
+
+/// Keys of another type, and counters that are not fences, are definite answers with nothing
+/// written: never `Indeterminate`, never another owner.
+#[tokio::test]
+async fn unusable_keys_are_typed_and_left_alone() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let req = request(&client, "unusable", "op-a", Duration::from_secs(5));
+    let lease_key = lease_key(&client, &req);
+    let fence_key = format!("{lease_key}:fence");
+    let cases: [(&[&str], UnusableKey); 6] = [
+        (&["HSET", &lease_key, "f", "v"], UnusableKey::LeaseWrongType),
+        (&["RPUSH", &fence_key, "x"], UnusableKey::CounterWrongType),
+        (&["SET", &fence_key, "-5"], UnusableKey::CounterNotAFence),
+        (&["SET", &fence_key, "007"], UnusableKey::CounterNotAFence),
+        (
+            &["SET", &fence_key, "9223372036854775808"],
+            UnusableKey::CounterNotAFence,
+        ),
+        (
+            &["SET", &fence_key, "garbage"],
+            UnusableKey::CounterNotAFence,
+        ),
+    ];
+    for (setup, what) in cases {
+        server.cmd(&["FLUSHALL"]);
+        server.cmd(setup);
+        let before = server.cmd(&["DEBUG", "DIGEST"]);
+        let want = UnavailableCause::UnusableKey(what);
+        match client.try_acquire(&req).await {
+            AcquireOutcome::Unavailable(u) => assert_eq!(u.cause, want, "{setup:?}"),
+            other => panic!("{setup:?}: {other:?}"),
+        }
+        match client.inspect(req.purpose(), req.resource(), None).await {
+            InspectOutcome::Unavailable(u) => assert_eq!(u.cause, want, "{setup:?}"),
+            other => panic!("{setup:?}: {other:?}"),
+        }
+        assert_eq!(
+            server.cmd(&["DEBUG", "DIGEST"]),
+            before,
+            "{setup:?} changed"
+        );
+    }
+    // A grant whose key was overwritten with a hash is lost, definitely.
+    server.cmd(&["FLUSHALL"]);
+    let lease = client.try_acquire(&req).await.into_handle().expect("free");
+    server.cmd(&["DEL", &lease_key]);
+    server.cmd(&["HSET", &lease_key, "f", "v"]);
+    assert_eq!(
+        lease.renew().await,
+        RenewOutcome::Lost(LossCause::OtherHolder)
+    );
+    assert_eq!(
+        lease.release().await,
+        ReleaseOutcome::Refused {
+            state: LeaseState::Lost
+        }
+    );
+    assert_eq!(
+        server.cmd(&["HGET", &lease_key, "f"]).as_string(),
+        Some("v".into())
+    );
 }
