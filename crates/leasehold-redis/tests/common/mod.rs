@@ -125,3 +125,15 @@ pub fn fence_counter(
         .cmd(&["GET", &format!("{}:fence", lease_key(client, request))])
         .as_string()
 }
+
+/// Every key with its serialized value (`DUMP`), to show that a command changed nothing.
+pub fn snapshot(server: &RedisServer) -> Vec<(String, test_support::Reply)> {
+    let mut keys = server.keys();
+    keys.sort();
+    keys.into_iter()
+        .map(|key| {
+            let value = server.cmd(&["DUMP", &key]);
+            (key, value)
+        })
+        .collect()
+}
