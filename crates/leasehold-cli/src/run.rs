@@ -19,10 +19,9 @@ use std::time::Duration;
 use leasehold_redis::RedisBackend;
 use leasehold_redis::RedisLeases;
 use leasehold_redis::leasehold::{
-    AcquireOutcome, LeaseHandle, LeaseRequest, LeaseState, ReleaseOutcome, UnavailableCause,
-    Watchdog,
+    Abandoned, AcquireOutcome, LeaseHandle, LeaseRequest, LeaseState, ReleaseOutcome,
+    UnavailableCause, Watchdog,
 };
-use tokio::time::Instant;
 
 use crate::config::RunConfig;
 use crate::duration::format_duration;
@@ -33,12 +32,9 @@ use crate::supervise::{Ended, Launched, supervise};
 
 /// How long an unknown acquire outcome is replayed before giving up (never past the TTL).
 const RESOLVE_BUDGET: Duration = Duration::from_secs(1);
-/// Pause after every replay without a definite answer, so that a server that fails fast (a
-/// refused port, a script error) is not hammered in a tight loop until the budget is spent.
-const REPLAY_PAUSE: Duration = Duration::from_millis(50);
-/// How long each step of the cleanup after an interrupted acquire may take: waiting for the
-/// library's background cleanup, then releasing this attempt's grant.
-const CLEANUP_BUDGET: Duration = Duration::from_secs(1);
+/// How long the cleanup after an acquire given up on may take: the library's background
+/// cleanup, then releasing this attempt's grant.
+const CLEANUP_BUDGET: Duration = Duration::from_secs(2);
 
 /// Runs `leasehold run` and returns its exit code.
 pub(crate) async fn run(config: RunConfig) -> u8 {
@@ -149,72 +145,38 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
 }
 
 /// Acquires, waiting up to the request's wait timeout; resolves an unknown outcome by replay.
+///
+/// Giving up on an outcome that stayed unknown cleans up behind it ([`abandon`]): without a
+/// reply there is no handle to release a grant with, and a stalled server may still apply the
+/// acquire long after this process is gone.
 async fn acquire(
     client: &RedisLeases,
     request: &LeaseRequest,
     shown: &str,
 ) -> Result<LeaseHandle<RedisBackend>, u8> {
-    match client.acquire(request).await {
-        AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease) => Ok(lease),
+    let outcome = match client.acquire(request).await {
         AcquireOutcome::Indeterminate { cause, .. } => {
             eprintln!(
                 "leasehold: the acquire's outcome is unknown ({cause}); replaying the same \
                  attempt to find out"
             );
-            resolve(client, request, shown, cause.to_string()).await
+            client.resolve(request, cause, RESOLVE_BUDGET).await
+        }
+        other => other,
+    };
+    match outcome {
+        AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease) => Ok(lease),
+        AcquireOutcome::Indeterminate { cause, .. } => {
+            eprintln!(
+                "leasehold: the outcome is still unknown after {} ({cause}); the command was not \
+                 started",
+                format_duration(RESOLVE_BUDGET.min(request.ttl()))
+            );
+            abandon(client, request).await;
+            Err(exit::UNAVAILABLE)
         }
         other => Err(not_acquired(other, request, shown)),
     }
-}
-
-/// Replays the same attempt until the outcome is known or the budget is spent.
-///
-/// A replay either finds this attempt's grant (`Replayed`: confirmed, with the validity the
-/// server has left), makes it now (`Acquired`), or finds another holder. Giving up leaves a
-/// grant that may exist to its TTL: without a reply there is no handle to release it with.
-async fn resolve(
-    client: &RedisLeases,
-    request: &LeaseRequest,
-    shown: &str,
-    mut last: String,
-) -> Result<LeaseHandle<RedisBackend>, u8> {
-    let budget = RESOLVE_BUDGET.min(request.ttl());
-    let deadline = Instant::now() + budget;
-    while Instant::now() < deadline {
-        match client.try_acquire(request).await {
-            AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease) => return Ok(lease),
-            // An unknown outcome can come back as fast as a refusal (a script error, a reset
-            // connection): every answer that is not definite is followed by the pause.
-            AcquireOutcome::Indeterminate { cause, .. } => last = cause.to_string(),
-            AcquireOutcome::Unavailable(u) => last = u.to_string(),
-            AcquireOutcome::Overloaded => last = "too many commands in flight".to_owned(),
-            other => return Err(not_acquired(other, request, shown)),
-        }
-        tokio::time::sleep_until((Instant::now() + REPLAY_PAUSE).min(deadline)).await;
-    }
-    let unknown = format!(
-        "leasehold: the outcome is still unknown after {} ({last}); the command was not started",
-        format_duration(budget)
-    );
-    // Redis may still apply the unanswered acquire: a stalled server runs what waits on its
-    // socket when it resumes, long after we are gone. A release of this attempt sent now goes
-    // behind it on the same connection, and undoes that grant the moment it is made.
-    match tokio::time::timeout(CLEANUP_BUDGET, client.release_attempt(request)).await {
-        Ok(ReleaseOutcome::Released) => {
-            eprintln!("{unknown}; the acquire had been applied, and its grant is released");
-        }
-        Ok(ReleaseOutcome::AlreadyGone | ReleaseOutcome::NotOwner) => {
-            eprintln!("{unknown}; no grant of this attempt is left");
-        }
-        _ => eprintln!(
-            "{unknown}. A release of this attempt was sent behind the acquire on the same \
-             connection: Redis runs them in order, so a grant it makes when it gets to the \
-             acquire is removed at once. Only if that connection broke first can a grant \
-             still appear, when Redis applies the acquire, and live up to {} from then.",
-            format_duration(request.ttl())
-        ),
-    }
-    Err(exit::UNAVAILABLE)
 }
 
 /// Reports an outcome that carries no lease and returns the exit code for it.
@@ -259,52 +221,24 @@ fn not_acquired(outcome: AcquireOutcome<RedisBackend>, request: &LeaseRequest, s
     }
 }
 
-/// Cleans up after an acquire that was interrupted: a grant may exist for the attempt.
-///
-/// First the library's own cleanup: a waiting acquire that is dropped releases its attempt's
-/// grant in a background task, which the runtime's shutdown at exit
-/// would cut off half-way. Then, with the background quiet, this attempt's grant is released
-/// (whatever its fence, never by making one), retried at a pace until a definite answer or the
-/// budget's end. Anything short of a definite answer is reported.
+/// Cleans up after an acquire given up on, through the library ([`RedisLeases::abandon`]):
+/// its background cleanups, then a release of this attempt's grant whatever its fence, never by
+/// making one, sent behind the acquire on the same connection. Says what is left.
 async fn abandon(client: &RedisLeases, request: &LeaseRequest) {
-    if tokio::time::timeout(CLEANUP_BUDGET, client.settle())
-        .await
-        .is_err()
-    {
-        eprintln!(
-            "leasehold: the interrupted acquire's own cleanup did not finish within {}",
-            format_duration(CLEANUP_BUDGET)
-        );
-    }
-    let deadline = Instant::now() + CLEANUP_BUDGET;
-    let mut last = "no answer".to_owned();
-    let cleaned = tokio::time::timeout_at(deadline, async {
-        loop {
-            match release_this_attempt(client, request).await {
-                Ok(()) => return,
-                Err(why) => last = why,
-            }
-            tokio::time::sleep(REPLAY_PAUSE).await;
+    match client.abandon(request, CLEANUP_BUDGET).await {
+        Abandoned::Released => {
+            eprintln!("leasehold: the acquire had been applied; its grant is released");
         }
-    })
-    .await;
-    if cleaned.is_err() {
-        eprintln!(
-            "leasehold: could not confirm that no grant is left ({last}); a grant may live until \
-             its TTL ({})",
+        Abandoned::Unknown(why) => eprintln!(
+            "leasehold: could not confirm that no grant is left ({why}). A release of this \
+             attempt was sent behind the acquire on the same connection: Redis runs them in \
+             order, so a grant it makes when it gets to the acquire is removed at once. Only if \
+             that connection broke first can a grant still appear, when Redis applies the \
+             acquire, and live up to {} from then.",
             format_duration(request.ttl())
-        );
-    }
-}
-
-/// Releases this attempt's grant if there is one, never making one. `Ok` means none is left
-/// for certain: it was released, or there was none; `Err` says why that is not known.
-async fn release_this_attempt(client: &RedisLeases, request: &LeaseRequest) -> Result<(), String> {
-    match client.release_attempt(request).await {
-        ReleaseOutcome::Released | ReleaseOutcome::AlreadyGone | ReleaseOutcome::NotOwner => Ok(()),
-        ReleaseOutcome::Indeterminate(i) => Err(i.to_string()),
-        ReleaseOutcome::Unavailable(u) => Err(u.to_string()),
-        other => Err(format!("{other:?}")),
+        ),
+        // Nothing was held: nothing to say.
+        _ => {}
     }
 }
 

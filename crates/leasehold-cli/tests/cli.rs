@@ -1230,7 +1230,7 @@ fn interrupted_while_the_outcome_is_unknown_releases_the_grant() {
 }
 
 #[test]
-fn interrupted_while_the_outcome_stays_unknown_says_a_grant_may_live() {
+fn interrupted_while_the_outcome_stays_unknown_says_what_may_be_left() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr());
     let scratch = Scratch::new();
@@ -1240,8 +1240,21 @@ fn interrupted_while_the_outcome_stays_unknown_says_a_grant_may_live() {
     done.assert_code(130);
     assert!(!scratch.path("ran").exists(), "the command ran");
     assert!(
-        done.stderr.contains("a grant may live until its TTL"),
+        done.stderr
+            .contains("could not confirm that no grant is left"),
         "{done:#?}"
+    );
+    assert!(
+        done.stderr
+            .contains("sent behind the acquire on the same connection"),
+        "{done:#?}"
+    );
+    // Only the replies were held: the release reached the server behind the acquire, and
+    // removed its grant.
+    assert_eq!(
+        server.cmd(&["EXISTS", &lease_key("r")]),
+        Reply::Int(0),
+        "the grant was left behind: {done:#?}"
     );
 }
 

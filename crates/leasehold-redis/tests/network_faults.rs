@@ -7,7 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::request;
-use leasehold_redis::leasehold::{AcquireOutcome, IndeterminateCause, LeaseState, RenewOutcome};
+use leasehold_redis::leasehold::{
+    Abandoned, AcquireOutcome, Failure, IndeterminateCause, LeaseState, RenewOutcome,
+};
 use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
 use test_support::{Fault, FaultProxy, RedisServer};
 
@@ -129,4 +131,80 @@ async fn a_renewal_whose_reply_is_lost_leaves_the_handle_unknown_until_confirmed
     assert!(lease.renew().await.is_renewed());
     assert_eq!(lease.state(), LeaseState::Active);
     assert!(lease.is_valid());
+}
+
+/// Sends one acquire whose reply is lost (`to_client` as given) and returns its unknown cause.
+async fn unknown_acquire(
+    client: &RedisLeases,
+    proxy: &FaultProxy,
+    req: &leasehold_redis::leasehold::LeaseRequest,
+    fault: Fault,
+) -> leasehold_redis::leasehold::Indeterminate {
+    proxy.to_client(fault);
+    match client.try_acquire(req).await {
+        AcquireOutcome::Indeterminate { cause, .. } => cause,
+        other => panic!("expected Indeterminate, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn resolve_finds_the_grant_a_lost_reply_made_or_stays_unknown() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let client = through(&proxy);
+    client.backend().warm_up().await.expect("warm-up");
+    let req = request(&client, "f5", "op-a", TTL);
+    let cause = unknown_acquire(&client, &proxy, &req, Fault::Reset).await;
+    // Still no reply: the budget runs out and the outcome stays unknown, never "not applied".
+    proxy.to_client(Fault::Reset);
+    match client
+        .resolve(&req, cause.clone(), Duration::from_millis(300))
+        .await
+    {
+        AcquireOutcome::Indeterminate { .. } => {}
+        other => panic!("expected Indeterminate, got {other:?}"),
+    }
+    proxy.to_client(Fault::Pass);
+    let lease = match client.resolve(&req, cause, Duration::from_secs(5)).await {
+        AcquireOutcome::Replayed(lease) => lease,
+        other => panic!("expected Replayed, got {other:?}"),
+    };
+    assert_eq!(
+        common::fence_counter(&server, &client, &req),
+        Some(lease.fence().to_string()),
+        "resolving made a second grant"
+    );
+    assert_eq!(
+        lease.release().await,
+        leasehold_redis::leasehold::ReleaseOutcome::Released
+    );
+}
+
+#[tokio::test]
+async fn abandon_releases_the_grant_a_lost_reply_made_without_making_one() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let client = through(&proxy);
+    client.backend().warm_up().await.expect("warm-up");
+    let req = request(&client, "f6", "op-a", TTL);
+    let key = common::lease_key(&client, &req);
+    // The acquire was applied, its reply lost: the grant is nobody's.
+    unknown_acquire(&client, &proxy, &req, Fault::Reset).await;
+    assert!(server.keys().contains(&key));
+    proxy.to_client(Fault::Pass);
+    assert_eq!(client.abandon(&req, TTL).await, Abandoned::Released);
+    assert!(!server.keys().contains(&key));
+    // Nothing held now, and abandoning again makes no grant to drop.
+    let counter = common::fence_counter(&server, &client, &req);
+    assert_eq!(client.abandon(&req, TTL).await, Abandoned::NothingHeld);
+    assert_eq!(common::fence_counter(&server, &client, &req), counter);
+    // Replies held: no answer within the budget, but the release went behind the acquire on
+    // the same connection and removed the grant all the same.
+    unknown_acquire(&client, &proxy, &req, Fault::Hold).await;
+    match client.abandon(&req, Duration::from_millis(300)).await {
+        Abandoned::Unknown(Failure::Indeterminate(_)) => {}
+        other => panic!("expected Unknown, got {other:?}"),
+    }
+    assert!(!server.keys().contains(&key), "{:?}", server.keys());
+    proxy.to_client(Fault::Pass);
 }

@@ -50,6 +50,7 @@
 //! - [`outcome`]: the typed outcomes;
 //! - [`fence`]: fencing tokens, guarantees and the effect-point rule;
 //! - [`keepalive`]: the watchdog, loss signals and work run under a lease;
+//! - [`recovery`]: replaying an unknown acquire, cleaning up after one given up on;
 //! - [`clock`]: the monotonic clock seam;
 //! - `sim` (feature `test-util`): a simulated server and backend with injectable faults.
 
@@ -70,6 +71,7 @@ pub mod handle;
 pub mod id;
 pub mod keepalive;
 pub mod outcome;
+pub mod recovery;
 pub mod request;
 #[cfg(feature = "test-util")]
 pub mod sim;
@@ -91,4 +93,5 @@ pub use outcome::{
     Contention, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseView, LossCause,
     ReleaseOutcome, RenewOutcome, Unavailable, UnavailableCause, UnusableKey,
 };
+pub use recovery::Abandoned;
 pub use request::{DriftBudget, LeaseRequest, MAX_TTL, MAX_WAIT, MIN_TTL};

@@ -168,6 +168,16 @@ pub enum Failure {
     Overloaded,
 }
 
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Indeterminate(i) => i.fmt(f),
+            Failure::Unavailable(u) => u.fmt(f),
+            Failure::Overloaded => f.write_str("not sent: too many commands in flight"),
+        }
+    }
+}
+
 /// Someone else holds the lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -1,0 +1,125 @@
+//! What an unknown outcome leaves to settle: replaying an acquire until its outcome is known,
+//! and cleaning up after an acquire that is given up on.
+//!
+//! Both are lease policy, not process policy: a program that gives up on an acquire (a CLI on
+//! Ctrl-C, a job that ran out of time) calls [`LeaseClient::abandon`], and one that must know
+//! whether it holds the lease calls [`LeaseClient::resolve`], instead of writing the loops.
+
+use std::fmt;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::LeaseBackend;
+use crate::client::{AcquireOutcome, LeaseClient};
+use crate::outcome::{Failure, Indeterminate, ReleaseOutcome};
+use crate::request::LeaseRequest;
+
+/// The pause after every try without a definite answer, so that a server that fails fast (a
+/// refused port, a script error) is not hammered in a tight loop until the budget is spent.
+const PAUSE: Duration = Duration::from_millis(50);
+
+/// What [`LeaseClient::abandon`] left behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Abandoned {
+    /// The attempt held a grant, and it was released.
+    Released,
+    /// The attempt held no grant when the release ran: none at all, or another holder's.
+    NothingHeld,
+    /// No definite answer within the budget, for this reason. A grant may exist for the
+    /// attempt until its TTL — counted, if the server still holds the acquire unapplied (a
+    /// stalled server), from when it applies it. The releases sent went behind the acquire on
+    /// its connection where the backend keeps one ([`LeaseClient::release_attempt`]), and undo
+    /// such a late grant unless that connection broke first.
+    Unknown(Failure),
+}
+
+impl fmt::Display for Abandoned {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Abandoned::Released => f.write_str("the attempt's grant was released"),
+            Abandoned::NothingHeld => f.write_str("the attempt held no grant"),
+            Abandoned::Unknown(why) => write!(f, "not known whether a grant is left: {why}"),
+        }
+    }
+}
+
+/// Sleeps for the pause, but not past `deadline`.
+async fn pause(deadline: Instant) {
+    tokio::time::sleep_until((Instant::now() + PAUSE).min(deadline)).await;
+}
+
+impl<B: LeaseBackend> LeaseClient<B> {
+    /// Replays `request`'s attempt until the outcome of an earlier try, which was `unknown`,
+    /// is definite, or `within` has passed (never longer than the request's TTL).
+    ///
+    /// A replay finds this attempt's grant (`Replayed`: the same fence, with the validity the
+    /// server has left), makes it now (`Acquired`), or finds another holder (`Contended`,
+    /// `OwnerOperationConflict`): each is returned at once. A replay that is itself
+    /// `Indeterminate`, `Unavailable` or `Overloaded` says nothing about the earlier try; it is
+    /// retried after a pause, and when the budget is spent the outcome is `Indeterminate`
+    /// with the last unknown cause. Then, if the caller gives up, [`abandon`](Self::abandon)
+    /// cleans up.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`try_acquire`](Self::try_acquire): a dropped replay may have been applied.
+    pub async fn resolve(
+        &self,
+        request: &LeaseRequest,
+        mut unknown: Indeterminate,
+        within: Duration,
+    ) -> AcquireOutcome<B> {
+        let deadline = Instant::now() + within.min(request.ttl());
+        loop {
+            match self.try_acquire(request).await {
+                AcquireOutcome::Indeterminate { cause, .. } => unknown = cause,
+                // Not applied, this time: the earlier try is as unknown as before.
+                AcquireOutcome::Unavailable(_) | AcquireOutcome::Overloaded => {}
+                definite => return definite,
+            }
+            if Instant::now() >= deadline {
+                return AcquireOutcome::Indeterminate {
+                    operation: request.attempt().operation().clone(),
+                    cause: unknown,
+                };
+            }
+            pause(deadline).await;
+        }
+    }
+
+    /// Cleans up after an acquire of `request` that is given up on, within `within`: waits
+    /// for the background cleanups of dropped [`acquire`](Self::acquire) futures (a process
+    /// about to exit would cut them off), then releases whatever grant the attempt holds
+    /// ([`release_attempt`](Self::release_attempt): any fence, never by making a grant),
+    /// retried after a pause until a definite answer or the end of the budget. At least one
+    /// release is sent, however long the background took.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping it stops the waiting; a release already sent may have been applied.
+    pub async fn abandon(&self, request: &LeaseRequest, within: Duration) -> Abandoned {
+        let deadline = Instant::now() + within;
+        // The background cleanups never make a grant either, so a budget they use up costs
+        // only the retries below, never safety.
+        let _ = tokio::time::timeout_at(deadline, self.settle()).await;
+        loop {
+            let failure = match self.release_attempt(request).await {
+                ReleaseOutcome::Released => return Abandoned::Released,
+                ReleaseOutcome::AlreadyGone | ReleaseOutcome::NotOwner => {
+                    return Abandoned::NothingHeld;
+                }
+                ReleaseOutcome::Indeterminate(i) => Failure::Indeterminate(i),
+                ReleaseOutcome::Unavailable(u) => Failure::Unavailable(u),
+                // Nothing was sent (`release_attempt` has no handle to refuse it, so only the
+                // in-flight limit can).
+                ReleaseOutcome::Overloaded | ReleaseOutcome::Refused { .. } => Failure::Overloaded,
+            };
+            if Instant::now() >= deadline {
+                return Abandoned::Unknown(failure);
+            }
+            pause(deadline).await;
+        }
+    }
+}
