@@ -133,6 +133,45 @@ async fn a_renewal_whose_reply_is_lost_leaves_the_handle_unknown_until_confirmed
     assert!(lease.is_valid());
 }
 
+/// A replay of a grant the client already holds a handle for confirms that handle: the one
+/// state the two share is `Active` again, with the replay's validity (the merge in `confirm`,
+/// which no test pinned before).
+#[tokio::test]
+async fn a_replay_confirms_the_handle_the_client_already_holds() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let client = through(&proxy);
+    let req = request(&client, "f7", "op-a", TTL);
+    let lease = client.try_acquire(&req).await.into_handle().expect("free");
+    proxy.to_client(Fault::Reset);
+    assert!(matches!(
+        lease.renew().await,
+        RenewOutcome::Indeterminate(_)
+    ));
+    assert_eq!(lease.state(), LeaseState::Unknown);
+    assert!(!lease.is_valid());
+    proxy.to_client(Fault::Pass);
+    let replayed = match client.try_acquire(&req).await {
+        AcquireOutcome::Replayed(handle) => handle,
+        other => panic!("expected Replayed, got {other:?}"),
+    };
+    // The first handle learnt it: the server holds this exact grant.
+    assert_eq!(lease.state(), LeaseState::Active);
+    assert!(lease.is_valid());
+    assert!(
+        lease.remaining_validity() > TTL / 2,
+        "{:?}",
+        lease.remaining_validity()
+    );
+    assert!(lease.remaining_validity() <= TTL);
+    assert_eq!(replayed.fence(), lease.fence());
+    assert_eq!(
+        lease.release().await,
+        leasehold_redis::leasehold::ReleaseOutcome::Released
+    );
+    assert_eq!(replayed.state(), LeaseState::Released);
+}
+
 /// Sends one acquire whose reply is lost (`to_client` as given) and returns its unknown cause.
 async fn unknown_acquire(
     client: &RedisLeases,
