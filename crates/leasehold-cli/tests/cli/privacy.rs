@@ -1,0 +1,145 @@
+//! Privacy.
+
+use super::*;
+
+/// Every command the server runs, in order, as `MONITOR` reports it on a raw connection:
+/// keys, arguments, channels, and the commands the scripts run.
+struct Monitor {
+    stream: TcpStream,
+    lines: Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Monitor {
+    fn start(server: &RedisServer) -> Self {
+        let stream = TcpStream::connect(server.addr()).expect("connects");
+        (&stream).write_all(b"MONITOR\r\n").expect("sent");
+        let mut reader = BufReader::new(stream.try_clone().expect("a second handle"));
+        let mut ok = String::new();
+        reader.read_line(&mut ok).expect("a reply");
+        assert_eq!(ok, "+OK\r\n");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&lines);
+        let reader = std::thread::spawn(move || {
+            for line in reader.lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Self {
+            stream,
+            lines,
+            reader: Some(reader),
+        }
+    }
+
+    /// Returns every command the server has run so far: a marker sent now comes after them.
+    fn seen(&self, server: &RedisServer) -> Vec<String> {
+        let marker = format!("end-of-test-{}", std::process::id());
+        server.cmd(&["ECHO", &marker]);
+        wait_until("the marker in MONITOR", || {
+            let lines = self.lines.lock().unwrap();
+            lines
+                .iter()
+                .any(|l| l.contains(&marker))
+                .then(|| lines.clone())
+        })
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+/// The owner tokens in MONITOR lines: quoted arguments of 32 Base64URL characters (24 bytes).
+fn tokens_in(lines: &[String]) -> BTreeSet<String> {
+    lines
+        .iter()
+        .flat_map(|line| line.split('"').skip(1).step_by(2))
+        // Inside scripts the stored value `fence:token:operation` goes by too.
+        .flat_map(|arg| arg.split(':'))
+        .filter(|part| {
+            part.len() == 32
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_raw_resource_name_never_reaches_redis_and_no_token_is_printed() {
+    let server = RedisServer::start();
+    let monitor = Monitor::start(&server);
+    let scratch = Scratch::new();
+    let name = "customer-8812-private-name";
+    let mut outputs: Vec<Finished> = Vec::new();
+
+    // A holder, and while it holds: inspect both ways, and a run that waits on it (it watches
+    // the release channel) and gives up, printing the holder it met.
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", name, "--"])
+        .args(scratch.sh(r#"echo started > "$D/started"
+           i=0; while [ ! -e "$D/go" ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done"#));
+    let holder = Running::start(command);
+    wait_for_file(&scratch.path("started"));
+    for argv in [&["inspect", name][..], &["inspect", name, "--json"]] {
+        let mut command = leasehold(&server.url());
+        command.args(argv);
+        outputs.push(run_to_end(command));
+    }
+    let mut command = leasehold(&server.url());
+    command.args(["run", name, "--wait", "300ms", "--", "true"]);
+    outputs.push(run_to_end(command));
+    std::fs::write(scratch.path("go"), "").unwrap();
+    outputs.push(holder.finish());
+    // Free again: a run of its own, and the demo on this server.
+    let mut command = leasehold(&server.url());
+    command.args(["run", name, "--", "true"]);
+    outputs.push(run_to_end(command));
+    let mut command = leasehold(&server.url());
+    command.arg("demo");
+    outputs.push(run_to_end(command));
+
+    let codes: Vec<i32> = outputs.iter().map(Finished::code).collect();
+    assert_eq!(codes, [0, 0, 75, 0, 0, 0], "{outputs:#?}");
+    // What the outputs say about the holder is its fingerprint.
+    assert!(outputs[0].stdout.contains("held by "), "{outputs:#?}");
+    assert!(outputs[2].stderr.contains("held by "), "{outputs:#?}");
+
+    let seen = monitor.seen(&server);
+    let digest = ResourceDigest::of(name);
+    let digest_hex = &digest.as_str()["sha256:".len()..];
+    assert!(
+        seen.iter().any(|l| l.contains(digest_hex)),
+        "nothing about the resource was seen: {seen:#?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|l| l.to_ascii_uppercase().contains("SUBSCRIBE")),
+        "the waiting run's channel was not seen: {seen:#?}"
+    );
+    for line in &seen {
+        assert!(!line.contains(name), "{line}");
+    }
+    // Four runs' attempts and the demo's two workers.
+    let tokens = tokens_in(&seen);
+    assert!(tokens.len() >= 5, "{tokens:?}");
+    for done in &outputs {
+        for token in &tokens {
+            assert!(
+                !done.stdout.contains(token.as_str()) && !done.stderr.contains(token.as_str()),
+                "a token was printed: {done:#?}"
+            );
+        }
+    }
+    for key in server.keys() {
+        assert!(!key.contains(name), "{key}");
+    }
+}
