@@ -2,7 +2,7 @@
 CARGO ?= cargo
 LIB_CRATES := -p leasehold -p leasehold-redis
 
-.PHONY: test unit lint docs features msrv demo bench redis test-valkey
+.PHONY: test unit lint docs features msrv demo bench soak redis test-valkey
 
 ## test: lint, docs, feature combinations, then every test against real redis-server
 ## processes the tests start (redis-server is installed first if it is missing).
@@ -72,3 +72,9 @@ bench: redis
 	$(CARGO) run -q --release -p leasehold-redis --example bench_ops
 	$(CARGO) run -q --release -p leasehold-redis --example handoff
 	$(CARGO) run -q --release -p leasehold-redis --example keepalive_bench
+
+## soak: 100 forced Sentinel failovers per test (two tests, about 4 minutes), checking that no
+## fence is ever handed out twice; prints the counts.
+soak: redis
+	LEASEHOLD_SOAK_FAILOVERS=100 $(CARGO) nextest run -p leasehold-redis --test fences_survive \
+	  --no-fail-fast --success-output immediate

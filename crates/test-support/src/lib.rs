@@ -466,8 +466,19 @@ impl RedisServer {
     ///
     /// On I/O failure.
     pub fn cmd(&self, args: &[&str]) -> Reply {
-        query(self.addr(), args, Duration::from_secs(5))
+        self.try_cmd(args)
             .unwrap_or_else(|e| panic!("{args:?} on port {}: {e}", self.port))
+    }
+
+    /// Runs one command on a fresh connection (5 s timeout), returning an I/O failure instead
+    /// of panicking: for polling a server that may drop its clients meanwhile (a Sentinel
+    /// reconfiguring a node kills its normal clients).
+    ///
+    /// # Errors
+    ///
+    /// If the connection fails or the reply cannot be read.
+    pub fn try_cmd(&self, args: &[&str]) -> std::io::Result<Reply> {
+        query(self.addr(), args, Duration::from_secs(5))
     }
 
     /// Returns calls per command from `INFO commandstats` (names as `evalsha`, `script|load`).
