@@ -206,7 +206,7 @@ async fn tell(backend: RedisBackend, origin: &str) -> anyhow::Result<()> {
             ))
             .into());
         }
-        other => bail!("A was not granted the lease: {}", other.name()),
+        other => bail!("A was not granted the lease: {other}"),
     };
     say!("   A holds fence {}.", a.fence());
     say!(
@@ -224,7 +224,7 @@ async fn tell(backend: RedisBackend, origin: &str) -> anyhow::Result<()> {
             c.fence.map_or_else(|| "?".to_owned(), |f| f.to_string()),
             format_duration(c.retry_after),
         ),
-        other => bail!("B should have been contended, got {}", other.name()),
+        other => bail!("B should have been contended, got: {other}"),
     }
 
     say!(
@@ -245,10 +245,7 @@ async fn tell(backend: RedisBackend, origin: &str) -> anyhow::Result<()> {
 
     let b = match client.try_acquire(&b_request).await {
         AcquireOutcome::Acquired(lease) => lease,
-        other => bail!(
-            "B was not granted the lease after A's expiry: {}",
-            other.name()
-        ),
+        other => bail!("B was not granted the lease after A's expiry: {other}"),
     };
     say!(
         "4. Worker B acquires: fence {}. A watchdog renews B's lease while it works.",

@@ -213,8 +213,7 @@ fn not_acquired(outcome: AcquireOutcome<RedisBackend>, request: &LeaseRequest, s
         }
         other => {
             eprintln!(
-                "leasehold: unexpected acquire outcome {}; the command was not started",
-                other.name()
+                "leasehold: unexpected acquire outcome ({other}); the command was not started"
             );
             exit::UNAVAILABLE
         }

@@ -62,7 +62,7 @@ async fn leasehold_round(holder: &RedisLeases, waiter: &RedisLeases, i: usize) -
                 let _ = lease.release().await;
                 Ok(at)
             }
-            other => Err(format!("waiter: {}", other.name())),
+            other => Err(format!("waiter: {other}")),
         }
     });
     // Let the waiter subscribe and park behind its first try.

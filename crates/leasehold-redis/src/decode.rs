@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
+use leasehold::backend::{AcquireReply, GrantReply, ReleaseReply, RenewReply};
 use leasehold::{
-    AcquireReply, Contention, Failure, FenceToken, GrantReply, HolderFingerprint, InspectOutcome,
-    LeaseView, LossCause, ReleaseReply, RenewReply, Unavailable, UnavailableCause, UnusableKey,
+    Contention, Failure, FenceToken, HolderFingerprint, InspectOutcome, LeaseView, LossCause,
+    Unavailable, UnavailableCause, UnusableKey,
 };
 use redis::Value;
 

@@ -61,10 +61,10 @@ use std::fmt;
 pub use leasehold;
 pub use redis;
 
+use leasehold::backend::{AcquireReply, Grant, ReleaseReply, ReleaseWatch, RenewReply};
 use leasehold::{
-    AcquireReply, Attempt, Failure, Grant, Indeterminate, IndeterminateCause, InspectOutcome,
-    LeaseBackend, LeaseClient, LeaseRequest, Purpose, ReleaseReply, RenewReply, ResourceDigest,
-    Unavailable,
+    Attempt, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseBackend, LeaseClient,
+    LeaseRequest, Purpose, ResourceDigest, Unavailable,
 };
 
 mod classify;
@@ -577,7 +577,7 @@ impl LeaseBackend for RedisBackend {
         .await
     }
 
-    fn watch(&self, purpose: &Purpose, resource: &ResourceDigest) -> leasehold::ReleaseWatch {
+    fn watch(&self, purpose: &Purpose, resource: &ResourceDigest) -> ReleaseWatch {
         self.notices
             .watch(self.keys.release_channel(purpose, resource))
     }

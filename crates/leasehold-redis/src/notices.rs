@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::stream::{self, BoxStream, StreamExt as _};
-use leasehold::ReleaseWatch;
+use leasehold::backend::ReleaseWatch;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelClient;

@@ -125,11 +125,7 @@ async fn hold_and_wait(
     cluster: &RedisCluster,
     client: &RedisLeases,
     index: usize,
-) -> (
-    String,
-    LeaseHandle<RedisBackend>,
-    tokio::task::JoinHandle<(&'static str, Instant)>,
-) {
+) -> (String, LeaseHandle<RedisBackend>, common::Waiting) {
     let resource = resource_on(cluster, client, "jobs/", index);
     let holder = request(client, &resource, "op-a", Duration::from_secs(10));
     let first = client.acquire(&holder).await.into_handle().expect("free");
@@ -138,7 +134,7 @@ async fn hold_and_wait(
         .unwrap();
     let waiting = {
         let client = client.clone();
-        tokio::spawn(async move { (client.acquire(&waiter).await.name(), Instant::now()) })
+        tokio::spawn(async move { (client.acquire(&waiter).await, Instant::now()) })
     };
     let channel = release_channel(client, &holder);
     until_shard_subscribed(&cluster.nodes()[index], &channel).await;

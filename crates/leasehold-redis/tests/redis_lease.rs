@@ -319,7 +319,12 @@ async fn two_hundred_concurrent_acquires_grant_exactly_one() {
         tasks.push(tokio::spawn(async move {
             let req = request(&client, "orders/contended", &format!("op-{i}"), TTL);
             let outcome = client.try_acquire(&req).await;
-            (outcome.name(), outcome.into_handle().map(|h| h.fence()))
+            let kind = match &outcome {
+                AcquireOutcome::Acquired(_) => "Acquired",
+                AcquireOutcome::Contended(_) => "Contended",
+                _ => "another outcome",
+            };
+            (kind, outcome.into_handle().map(|h| h.fence()))
         }));
     }
     let mut acquired = Vec::new();

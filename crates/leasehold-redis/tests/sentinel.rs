@@ -181,7 +181,7 @@ async fn release_notices_still_hand_off_after_a_failover() {
     let waiting = {
         let client = client.clone();
         tokio::spawn(async move {
-            let outcome = client.acquire(&waiter).await.name();
+            let outcome = client.acquire(&waiter).await;
             (outcome, std::time::Instant::now())
         })
     };

@@ -179,7 +179,7 @@ async fn a_release_before_the_subscription_is_confirmed_still_hands_off() {
             .unwrap();
         let waiting = {
             let client = client.clone();
-            tokio::spawn(async move { (client.acquire(&waiter).await.name(), Instant::now()) })
+            tokio::spawn(async move { (client.acquire(&waiter).await, Instant::now()) })
         };
         tokio::task::yield_now().await;
         common::release_and_expect_hand_off(first, waiting, Duration::from_secs(5)).await;
@@ -231,7 +231,7 @@ async fn hold_and_wait(
         .unwrap();
     let waiting = {
         let client = client.clone();
-        tokio::spawn(async move { (client.acquire(&waiter).await.name(), Instant::now()) })
+        tokio::spawn(async move { (client.acquire(&waiter).await, Instant::now()) })
     };
     until_subscribed(server, &client, &holder, 1).await;
     (client, holder, first, waiting)

@@ -154,7 +154,7 @@ impl ReleaseWatch {
     }
 
     /// Returns the notifier, if this watch has one.
-    pub fn notify(&self) -> Option<&Arc<tokio::sync::Notify>> {
+    pub(crate) fn notify(&self) -> Option<&Arc<tokio::sync::Notify>> {
         self.notify.as_ref()
     }
 }
@@ -257,5 +257,30 @@ pub trait LeaseBackend: Send + Sync + 'static {
     fn watch(&self, purpose: &Purpose, resource: &ResourceDigest) -> ReleaseWatch {
         let _ = (purpose, resource);
         ReleaseWatch::none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::OperationId;
+    use crate::request::DriftBudget;
+
+    #[test]
+    fn debug_of_a_grant_hides_the_owner_token() {
+        let attempt = Attempt::new(OperationId::new("op").unwrap()).unwrap();
+        let token = attempt.owner_token().expose_secret().to_owned();
+        let request = LeaseRequest::new(
+            Purpose::new("p").unwrap(),
+            ResourceDigest::of("r"),
+            attempt,
+            Duration::from_secs(3),
+            DriftBudget::default(),
+        )
+        .unwrap();
+        let grant = Grant::new(&request, FenceToken::new(7).unwrap());
+        let text = format!("{grant:?}");
+        assert!(text.contains("fence"), "{text}");
+        assert!(!text.contains(&token), "{text}");
     }
 }

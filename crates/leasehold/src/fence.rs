@@ -69,17 +69,20 @@ impl fmt::Display for FenceToken {
 }
 
 /// What a lease can promise the work done under it.
+///
+/// Every grant carries a fencing token, so today every lease is `Fenced`; the enum is
+/// non-exhaustive so that a weaker or stronger promise (a backend without fences, a grant
+/// confirmed by replicas) can be told apart later without breaking callers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Guarantee {
-    /// The lease reduces duplicate work while clocks and the network behave. It does **not**
-    /// stop a paused or partitioned old holder from writing after a new holder was granted:
-    /// use it only where doing the work twice is harmless.
-    EfficiencyOnly,
-    /// As `EfficiencyOnly`, plus a fencing token. Writes are safe from stale holders **only**
-    /// where the effect target checks the token (see [`FenceGate`]). It does not cover targets
-    /// that ignore the token, nor a backend that re-issues a token: on Redis, a lost fence
-    /// counter together with a server clock stepped back by more than the loss took.
+    /// The lease reduces duplicate work while clocks and the network behave, and carries a
+    /// fencing token. On its own the lease does **not** stop a paused or partitioned old
+    /// holder from writing after a new holder was granted: writes are safe from stale holders
+    /// **only** where the effect target checks the token (see [`FenceGate`]). It does not
+    /// cover targets that ignore the token, nor a backend that re-issues a token: on Redis, a
+    /// lost fence counter together with a server clock stepped back by more than the loss
+    /// took.
     Fenced(FenceToken),
 }
 
@@ -88,7 +91,6 @@ impl Guarantee {
     pub fn fence(self) -> Option<FenceToken> {
         match self {
             Guarantee::Fenced(token) => Some(token),
-            Guarantee::EfficiencyOnly => None,
         }
     }
 }
@@ -196,6 +198,5 @@ mod tests {
     #[test]
     fn guarantees_expose_their_fence() {
         assert_eq!(Guarantee::Fenced(token(4)).fence(), Some(token(4)));
-        assert_eq!(Guarantee::EfficiencyOnly.fence(), None);
     }
 }

@@ -55,30 +55,7 @@ use crate::fence::{FenceToken, Guarantee};
 use crate::id::{Attempt, Purpose, ResourceDigest};
 use crate::outcome::{Failure, ReleaseOutcome, RenewOutcome};
 use crate::request::LeaseRequest;
-
-/// Where a lease handle stands. See the [module docs](self) for the transition table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LeaseState {
-    /// Held, and the local validity budget has time left.
-    Active,
-    /// The local validity budget ran out; the server may or may not still hold the key. A
-    /// confirmed renewal can restore `Active`.
-    Expired,
-    /// The last renew or release had an unknown outcome.
-    Unknown,
-    /// The server said the grant is gone or held by another. Terminal.
-    Lost,
-    /// Released (or found already gone on release). Terminal.
-    Released,
-}
-
-impl LeaseState {
-    /// Returns true if and only if no transition leaves this state (`Lost`, `Released`).
-    pub fn is_terminal(self) -> bool {
-        matches!(self, LeaseState::Lost | LeaseState::Released)
-    }
-}
+pub use crate::state::LeaseState;
 
 /// A lease this process was granted: renew it, release it, and ask how long it is valid.
 ///
@@ -314,7 +291,7 @@ impl<B: LeaseBackend> LeaseHandle<B> {
     }
 
     /// Returns the grant as the backend sees it.
-    pub fn grant(&self) -> &Grant {
+    pub(crate) fn grant(&self) -> &Grant {
         &self.shared.grant
     }
 

@@ -45,12 +45,15 @@
 //!
 //! - [`id`]: operation ids, attempts and owner tokens, purposes, resource digests;
 //! - [`request`]: lease requests and the drift budget;
-//! - [`backend`]: the provider port;
-//! - [`client`] and [`handle`]: acquire, inspect, renew, release; validity and state;
+//! - [`backend`]: the provider port, and the replies a provider gives (kept apart from the
+//!   outcomes users see, which are re-exported here);
+//! - [`client`]: acquire (once or waiting), inspect, and recovery: replaying an unknown
+//!   acquire, cleaning up behind one given up on;
+//! - [`handle`]: renew and release; validity and the state machine ([`LeaseState`]);
 //! - [`outcome`]: the typed outcomes;
 //! - [`fence`]: fencing tokens, guarantees and the effect-point rule;
 //! - [`keepalive`]: the watchdog, loss signals and work run under a lease;
-//! - [`recovery`]: replaying an unknown acquire, cleaning up after one given up on;
+
 //! - [`clock`]: the monotonic clock seam;
 //! - `sim` (feature `test-util`): a simulated server and backend with injectable faults.
 
@@ -71,20 +74,17 @@ pub mod handle;
 pub mod id;
 pub mod keepalive;
 pub mod outcome;
-pub mod recovery;
 pub mod request;
 #[cfg(feature = "test-util")]
 pub mod sim;
-mod wait;
+mod state;
 
-pub use backend::{
-    AcquireReply, Grant, GrantReply, LeaseBackend, ReleaseReply, ReleaseWatch, RenewReply,
-};
-pub use client::{AcquireOutcome, LeaseClient};
+pub use backend::LeaseBackend;
+pub use client::{Abandoned, AcquireOutcome, LeaseClient};
 pub use clock::{BootClock, Clock, ManualClock, MonotonicInstant, TokioClock};
 pub use error::{Error, ErrorKind};
 pub use fence::{FenceGate, FenceToken, Guarantee, StaleFence};
-pub use handle::{LeaseHandle, LeaseState};
+pub use handle::LeaseHandle;
 pub use id::{Attempt, HolderFingerprint, OperationId, OwnerToken, Purpose, ResourceDigest};
 pub use keepalive::{
     KeepAliveSettings, KeptLease, LossReason, LossSignal, Scoped, Uncovered, Watchdog,
@@ -93,5 +93,5 @@ pub use outcome::{
     Contention, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseView, LossCause,
     ReleaseOutcome, RenewOutcome, Unavailable, UnavailableCause, UnusableKey,
 };
-pub use recovery::Abandoned;
 pub use request::{DriftBudget, LeaseRequest, MAX_TTL, MAX_WAIT, MIN_TTL};
+pub use state::LeaseState;

@@ -12,8 +12,8 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::fence::FenceToken;
-use crate::handle::LeaseState;
 use crate::id::HolderFingerprint;
+use crate::state::LeaseState;
 
 /// Why a command was definitely not applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -354,5 +354,154 @@ impl From<Failure> for InspectOutcome {
             Failure::Unavailable(u) => InspectOutcome::Unavailable(u),
             Failure::Overloaded => InspectOutcome::Overloaded,
         }
+    }
+}
+
+impl fmt::Display for Contention {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("held by another")?;
+        if let Some(holder) = &self.holder {
+            write!(f, " (holder {holder})")?;
+        }
+        if let Some(fence) = self.fence {
+            write!(f, " with fence {fence}")?;
+        }
+        write!(f, "; retry after {:?}", self.retry_after)
+    }
+}
+
+impl fmt::Display for LossCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossCause::Absent => "the key is gone (expired or deleted)",
+            LossCause::OtherHolder => "another grant holds the key",
+        })
+    }
+}
+
+impl fmt::Display for RenewOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RenewOutcome::Renewed { remaining } => write!(f, "renewed: valid for {remaining:?}"),
+            RenewOutcome::Lost(cause) => write!(f, "lost: {cause}"),
+            RenewOutcome::Indeterminate(i) => i.fmt(f),
+            RenewOutcome::Unavailable(u) => u.fmt(f),
+            RenewOutcome::Overloaded => f.write_str("not sent: too many commands in flight"),
+            RenewOutcome::Refused { state } => write!(f, "not sent: the lease is {state}"),
+        }
+    }
+}
+
+impl fmt::Display for ReleaseOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReleaseOutcome::Released => f.write_str("released"),
+            ReleaseOutcome::AlreadyGone => {
+                f.write_str("already gone: the lease had ended before the release")
+            }
+            ReleaseOutcome::NotOwner => {
+                f.write_str("not the owner: another grant holds the key, left alone")
+            }
+            ReleaseOutcome::Indeterminate(i) => i.fmt(f),
+            ReleaseOutcome::Unavailable(u) => u.fmt(f),
+            ReleaseOutcome::Overloaded => f.write_str("not sent: too many commands in flight"),
+            ReleaseOutcome::Refused { state } => write!(f, "not sent: the lease is {state}"),
+        }
+    }
+}
+
+impl fmt::Display for LeaseView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(holder) = &self.holder {
+            parts.push(format!("holder {holder}"));
+        }
+        if let Some(fence) = self.fence {
+            parts.push(format!("fence {fence}"));
+        }
+        match self.server_ttl {
+            Some(ttl) => parts.push(format!("expires in {ttl:?}")),
+            None => parts.push("no expiry".to_owned()),
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
+impl fmt::Display for InspectOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InspectOutcome::Free => f.write_str("free"),
+            InspectOutcome::HeldByThisAttempt(view) => write!(f, "held by this attempt: {view}"),
+            InspectOutcome::HeldByOther(view) => write!(f, "held by another: {view}"),
+            InspectOutcome::Indeterminate(i) => i.fmt(f),
+            InspectOutcome::Unavailable(u) => u.fmt(f),
+            InspectOutcome::Overloaded => f.write_str("not sent: too many commands in flight"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    fn distinct(texts: &[String]) {
+        let unique: HashSet<_> = texts.iter().collect();
+        assert_eq!(unique.len(), texts.len(), "{texts:#?}");
+        assert!(texts.iter().all(|t| !t.is_empty()), "{texts:#?}");
+    }
+
+    #[test]
+    fn every_outcome_says_which_it_is() {
+        let unknown = Indeterminate::new(IndeterminateCause::ResponseTimeout, "timed out");
+        let refused = Unavailable::new(UnavailableCause::ConnectionRefused, "refused");
+        distinct(
+            &[
+                RenewOutcome::Renewed {
+                    remaining: Duration::from_secs(2),
+                },
+                RenewOutcome::Lost(LossCause::Absent),
+                RenewOutcome::Lost(LossCause::OtherHolder),
+                RenewOutcome::Indeterminate(unknown.clone()),
+                RenewOutcome::Unavailable(refused.clone()),
+                RenewOutcome::Overloaded,
+                RenewOutcome::Refused {
+                    state: LeaseState::Released,
+                },
+            ]
+            .map(|o| o.to_string()),
+        );
+        distinct(
+            &[
+                ReleaseOutcome::Released,
+                ReleaseOutcome::AlreadyGone,
+                ReleaseOutcome::NotOwner,
+                ReleaseOutcome::Indeterminate(unknown.clone()),
+                ReleaseOutcome::Unavailable(refused.clone()),
+                ReleaseOutcome::Overloaded,
+                ReleaseOutcome::Refused {
+                    state: LeaseState::Lost,
+                },
+            ]
+            .map(|o| o.to_string()),
+        );
+        let view = LeaseView::new(FenceToken::new(7), Some(Duration::from_secs(1)), None);
+        distinct(
+            &[
+                InspectOutcome::Free,
+                InspectOutcome::HeldByThisAttempt(view.clone()),
+                InspectOutcome::HeldByOther(view),
+                InspectOutcome::Indeterminate(unknown),
+                InspectOutcome::Unavailable(refused),
+                InspectOutcome::Overloaded,
+            ]
+            .map(|o| o.to_string()),
+        );
+        let contention = Contention::new(Duration::from_millis(120), None, FenceToken::new(9));
+        assert_eq!(
+            contention.to_string(),
+            "held by another with fence 9; retry after 120ms"
+        );
     }
 }

@@ -92,7 +92,7 @@ async fn acquire(
         .unwrap();
     match client.try_acquire(&request).await {
         AcquireOutcome::Acquired(handle) => handle,
-        other => panic!("not acquired: {}", other.name()),
+        other => panic!("not acquired: {other}"),
     }
 }
 
@@ -211,7 +211,7 @@ async fn signal_when_renewals_go_unanswered(fault: Fault) -> (World, Duration, D
         )
         .unwrap();
     let outcome = contender.try_acquire(&request).await;
-    assert_eq!(outcome.name(), "Contended");
+    assert!(matches!(outcome, AcquireOutcome::Contended(_)), "{outcome}");
     (world, fired_at, stored.server_ttl)
 }
 
@@ -503,28 +503,28 @@ struct ReleaseRefusedOnce {
 }
 
 impl leasehold::LeaseBackend for ReleaseRefusedOnce {
-    async fn acquire(&self, request: &leasehold::LeaseRequest) -> leasehold::AcquireReply {
-        leasehold::AcquireReply::Granted(leasehold::GrantReply::new(
+    async fn acquire(&self, request: &leasehold::LeaseRequest) -> leasehold::backend::AcquireReply {
+        leasehold::backend::AcquireReply::Granted(leasehold::backend::GrantReply::new(
             leasehold::FenceToken::MIN,
             request.ttl(),
         ))
     }
-    async fn renew(&self, grant: &leasehold::Grant) -> leasehold::RenewReply {
-        leasehold::RenewReply::Renewed {
+    async fn renew(&self, grant: &leasehold::backend::Grant) -> leasehold::backend::RenewReply {
+        leasehold::backend::RenewReply::Renewed {
             server_ttl: grant.ttl(),
         }
     }
-    async fn release(&self, _: &leasehold::Grant) -> leasehold::ReleaseReply {
+    async fn release(&self, _: &leasehold::backend::Grant) -> leasehold::backend::ReleaseReply {
         if self
             .releases
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
             == 0
         {
-            leasehold::ReleaseReply::Failed(leasehold::Failure::Unavailable(
+            leasehold::backend::ReleaseReply::Failed(leasehold::Failure::Unavailable(
                 leasehold::Unavailable::new(leasehold::UnavailableCause::ConnectionRefused, "no"),
             ))
         } else {
-            leasehold::ReleaseReply::Released
+            leasehold::backend::ReleaseReply::Released
         }
     }
     async fn inspect(
@@ -852,17 +852,17 @@ fn a_runtime_shutdown_fires_the_signal_and_the_next_keep_starts_a_new_task() {
 struct Panicking;
 
 impl leasehold::LeaseBackend for Panicking {
-    async fn acquire(&self, request: &leasehold::LeaseRequest) -> leasehold::AcquireReply {
-        leasehold::AcquireReply::Granted(leasehold::GrantReply::new(
+    async fn acquire(&self, request: &leasehold::LeaseRequest) -> leasehold::backend::AcquireReply {
+        leasehold::backend::AcquireReply::Granted(leasehold::backend::GrantReply::new(
             leasehold::FenceToken::MIN,
             request.ttl(),
         ))
     }
-    async fn renew(&self, _: &leasehold::Grant) -> leasehold::RenewReply {
+    async fn renew(&self, _: &leasehold::backend::Grant) -> leasehold::backend::RenewReply {
         panic!("a broken backend (this panic is expected by the test)")
     }
-    async fn release(&self, _: &leasehold::Grant) -> leasehold::ReleaseReply {
-        leasehold::ReleaseReply::Released
+    async fn release(&self, _: &leasehold::backend::Grant) -> leasehold::backend::ReleaseReply {
+        leasehold::backend::ReleaseReply::Released
     }
     async fn inspect(
         &self,
@@ -884,22 +884,22 @@ struct Refusing {
 }
 
 impl leasehold::LeaseBackend for Refusing {
-    async fn acquire(&self, request: &leasehold::LeaseRequest) -> leasehold::AcquireReply {
-        leasehold::AcquireReply::Granted(leasehold::GrantReply::new(
+    async fn acquire(&self, request: &leasehold::LeaseRequest) -> leasehold::backend::AcquireReply {
+        leasehold::backend::AcquireReply::Granted(leasehold::backend::GrantReply::new(
             leasehold::FenceToken::MIN,
             request.ttl(),
         ))
     }
-    async fn renew(&self, _: &leasehold::Grant) -> leasehold::RenewReply {
+    async fn renew(&self, _: &leasehold::backend::Grant) -> leasehold::backend::RenewReply {
         let mut renewals = self.renewals.lock().unwrap();
         renewals.push(self.clock.now().since_origin());
         assert!(renewals.len() <= 100, "retried in a loop");
-        leasehold::RenewReply::Failed(leasehold::Failure::Unavailable(
+        leasehold::backend::RenewReply::Failed(leasehold::Failure::Unavailable(
             leasehold::Unavailable::new(leasehold::UnavailableCause::ConnectionRefused, "refused"),
         ))
     }
-    async fn release(&self, _: &leasehold::Grant) -> leasehold::ReleaseReply {
-        leasehold::ReleaseReply::Released
+    async fn release(&self, _: &leasehold::backend::Grant) -> leasehold::backend::ReleaseReply {
+        leasehold::backend::ReleaseReply::Released
     }
     async fn inspect(
         &self,

@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
+use leasehold::backend::AcquireReply;
 use leasehold::sim::{Fault, SimBackend, SimServer, run_now};
 use leasehold::{
-    AcquireOutcome, AcquireReply, Attempt, DriftBudget, Failure, FenceToken, InspectOutcome,
-    LeaseBackend, LeaseClient, LeaseRequest, ManualClock, OperationId, Purpose, ReleaseOutcome,
-    ResourceDigest, UnavailableCause, UnusableKey,
+    AcquireOutcome, Attempt, DriftBudget, Failure, FenceToken, InspectOutcome, LeaseBackend,
+    LeaseClient, LeaseRequest, ManualClock, OperationId, Purpose, ReleaseOutcome, ResourceDigest,
+    UnavailableCause, UnusableKey,
 };
 
 const TIMEOUT: Duration = Duration::from_millis(200);

@@ -502,7 +502,10 @@ impl<B: LeaseBackend> World<B> {
                         .text("Conflict(")
                         .maybe_fence(c.fence)
                         .text(&format!(", {:?})", c.holder)),
-                    other => sig.text(other.name()),
+                    AcquireOutcome::Indeterminate { .. } => sig.text("Indeterminate"),
+                    AcquireOutcome::Unavailable(_) => sig.text("Unavailable"),
+                    AcquireOutcome::Overloaded => sig.text("Overloaded"),
+                    _ => sig.text("Unknown outcome"),
                 };
                 if let Some(handle) = outcome.into_handle() {
                     self.held.push(Held {

@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use leasehold_redis::leasehold::{
-    LeaseHandle, LeaseRequest, OperationId, Purpose, ReleaseOutcome, ResourceDigest,
+    AcquireOutcome, LeaseHandle, LeaseRequest, OperationId, Purpose, ReleaseOutcome, ResourceDigest,
 };
 use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
 
-/// A parked waiter: its outcome's name and the instant it returned.
-pub type Waiting = tokio::task::JoinHandle<(&'static str, Instant)>;
+/// A parked waiter: its outcome and the instant it returned.
+pub type Waiting = tokio::task::JoinHandle<(AcquireOutcome<RedisBackend>, Instant)>;
 
 /// Releases `first` and requires the parked waiter to be granted within `within` of the
 /// release. With a holder TTL far above `within`, only the release notice explains it.
@@ -23,7 +23,7 @@ pub async fn release_and_expect_hand_off(
     let released_at = Instant::now();
     assert_eq!(first.release().await, ReleaseOutcome::Released);
     let (outcome, acquired_at) = waiting.await.unwrap();
-    assert_eq!(outcome, "Acquired");
+    assert!(matches!(outcome, AcquireOutcome::Acquired(_)), "{outcome}");
     assert!(
         acquired_at - released_at < within,
         "{:?}",

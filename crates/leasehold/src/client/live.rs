@@ -1,0 +1,135 @@
+//! The grants a client holds handles for, so that a replay joins the existing handle's state.
+
+use std::collections::HashMap;
+use std::sync::Weak;
+
+use crate::backend::LeaseBackend;
+use crate::fence::FenceToken;
+use crate::handle::{LeaseHandle, Shared};
+use crate::request::LeaseRequest;
+
+/// The grants this client holds handles for, so that a replay of one of them returns a handle
+/// on the same state instead of a second, independent one (which would not learn of the first
+/// one's release).
+///
+/// Keyed by a SHA-256 digest of the exact grant (purpose, resource, owner token, operation,
+/// fence): 32 bytes in the table instead of a string of about 150 bytes on the heap, for
+/// every lease the client holds. The digest stands for the owner token without revealing it,
+/// and a hit is still checked against the handle's own grant, so that even a collision could
+/// never join two grants' states.
+pub(super) struct LiveGrants<B: LeaseBackend> {
+    by_grant: HashMap<GrantKey, Weak<Shared<B>>>,
+    sweep_at: usize,
+}
+
+/// A SHA-256 digest of an exact grant.
+type GrantKey = [u8; 32];
+
+fn grant_key(request: &LeaseRequest, fence: FenceToken) -> GrantKey {
+    use sha2::{Digest as _, Sha256};
+    let mut digest = Sha256::new();
+    // Each variable-length field is prefixed with its length, so that no two different
+    // grants are encoded alike.
+    for field in [
+        request.purpose().as_str(),
+        request.resource().as_str(),
+        request.attempt().owner_token().expose_secret(),
+        request.attempt().operation().as_str(),
+    ] {
+        digest.update(u64::try_from(field.len()).unwrap_or(u64::MAX).to_be_bytes());
+        digest.update(field.as_bytes());
+    }
+    digest.update(fence.get().to_be_bytes());
+    digest.finalize().into()
+}
+
+/// Returns true if and only if `handle` holds exactly the grant `request` was given `fence` for.
+fn holds<B: LeaseBackend>(
+    handle: &LeaseHandle<B>,
+    request: &LeaseRequest,
+    fence: FenceToken,
+) -> bool {
+    let grant = handle.grant();
+    grant.fence() == fence
+        && grant.purpose() == request.purpose()
+        && grant.resource() == request.resource()
+        && grant.attempt() == request.attempt()
+}
+
+impl<B: LeaseBackend> LiveGrants<B> {
+    pub(super) fn new() -> Self {
+        Self {
+            by_grant: HashMap::new(),
+            sweep_at: 64,
+        }
+    }
+
+    /// Returns a live handle on exactly the grant `request` was given `fence` for, if there is
+    /// one.
+    pub(super) fn find(&self, request: &LeaseRequest, fence: FenceToken) -> Option<LeaseHandle<B>> {
+        self.by_grant
+            .get(&grant_key(request, fence))
+            .and_then(LeaseHandle::upgrade)
+            .filter(|handle| holds(handle, request, fence))
+    }
+
+    /// Records `handle` as the one for the grant `request` was given `fence` for, and now and
+    /// then forgets the handles that have been dropped.
+    pub(super) fn register(
+        &mut self,
+        request: &LeaseRequest,
+        fence: FenceToken,
+        handle: &LeaseHandle<B>,
+    ) {
+        self.by_grant
+            .insert(grant_key(request, fence), handle.downgrade());
+        if self.by_grant.len() >= self.sweep_at {
+            self.by_grant.retain(|_, weak| weak.strong_count() > 0);
+            self.sweep_at = (self.by_grant.len() * 2).max(64);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::id::{Attempt, OperationId, Purpose, ResourceDigest};
+    use crate::request::DriftBudget;
+    use FenceToken;
+
+    fn request(operation: &str, attempt: Option<&Attempt>) -> LeaseRequest {
+        let operation = OperationId::new(operation).unwrap();
+        let attempt = match attempt {
+            Some(a) => a.with_operation(operation),
+            None => Attempt::new(operation).unwrap(),
+        };
+        LeaseRequest::new(
+            Purpose::new("p").unwrap(),
+            ResourceDigest::of("r"),
+            attempt,
+            Duration::from_secs(3),
+            DriftBudget::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn grant_keys_tell_every_field_of_a_grant_apart() {
+        let one = request("op", None);
+        let fence = FenceToken::new(7).unwrap();
+        assert_eq!(grant_key(&one, fence), grant_key(&one.clone(), fence));
+        // Another fence, another owner token, another operation of the same owner.
+        assert_ne!(
+            grant_key(&one, fence),
+            grant_key(&one, FenceToken::new(8).unwrap())
+        );
+        assert_ne!(
+            grant_key(&one, fence),
+            grant_key(&request("op", None), fence)
+        );
+        let same_owner = request("op2", Some(one.attempt()));
+        assert_ne!(grant_key(&one, fence), grant_key(&same_owner, fence));
+    }
+}
