@@ -208,13 +208,10 @@ impl KeepAliveSettings {
     }
 
     /// Returns the settings if the cadence, a retry interval and the margin add up to less
-    /// than the TTL: TTL / c + TTL / 4c + TTL / m < TTL, that is 5m + 4c < 4cm.
+    /// than the TTL (see [`has_room`]).
     fn check_room(self) -> Result<Self, Error> {
-        let (c, m) = (
-            u64::from(self.cadence_divisor),
-            u64::from(self.margin_divisor),
-        );
-        if 5 * m + 4 * c < 4 * c * m {
+        let (c, m) = (self.cadence_divisor, self.margin_divisor);
+        if has_room(c, m) {
             Ok(self)
         } else {
             Err(Error::new(
@@ -228,15 +225,18 @@ impl KeepAliveSettings {
     }
 
     /// Checks that a lease of `ttl`, whose validity after each renewal is `ttl - drift`, can
-    /// be kept: that validity must be more than the cadence, a retry interval and the margin
-    /// together, or a failed renewal could not be retried in time (and with less than the
-    /// margin and a retry interval, every renewal would be due at once, for ever).
+    /// be kept (see [`Schedule::fits`]).
     fn check_lease(&self, ttl: Duration, drift: Duration) -> Result<(), Error> {
         let validity = ttl.saturating_sub(drift);
-        let (cadence, retry, margin) = (self.cadence(ttl), self.retry(ttl), self.margin(ttl));
-        if validity > cadence + retry + margin {
+        let schedule = self.schedule(ttl);
+        if schedule.fits(validity) {
             return Ok(());
         }
+        let Schedule {
+            cadence,
+            retry,
+            margin,
+        } = schedule;
         Err(Error::new(
             ErrorKind::InvalidSetting,
             format!(
@@ -286,18 +286,70 @@ impl KeepAliveSettings {
         Ok(self)
     }
 
-    fn cadence(&self, ttl: Duration) -> Duration {
-        ttl / self.cadence_divisor
+    /// The schedule of a lease of `ttl` under these settings.
+    fn schedule(&self, ttl: Duration) -> Schedule {
+        Schedule::new(ttl, self.cadence_divisor, self.margin_divisor)
     }
+}
 
-    fn margin(&self, ttl: Duration) -> Duration {
-        ttl / self.margin_divisor
-    }
+/// Returns true if and only if a cadence of TTL / `cadence_divisor`, a retry interval and a
+/// margin of TTL / `margin_divisor` add up to less than the TTL: TTL / c + TTL / 4c + TTL / m
+/// < TTL, that is 5m + 4c < 4cm (in integers, so that it holds for every TTL alike).
+fn has_room(cadence_divisor: u32, margin_divisor: u32) -> bool {
+    let (c, m) = (u64::from(cadence_divisor), u64::from(margin_divisor));
+    5 * m + 4 * c < 4 * c * m
+}
 
+/// The shortest retry interval: a cadence / 4 that rounds to nothing would retry a failing
+/// backend in a tight loop.
+const MIN_RETRY: Duration = Duration::from_millis(1);
+
+/// The intervals that pace one kept lease, fractions of its TTL, and the decisions taken
+/// from them.
+///
+/// Pure arithmetic: nothing here reads a clock. The lease's remaining validity is read by the
+/// caller and passed in, so that one reading serves one decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Schedule {
+    /// How long after a confirmation the next renewal is due: TTL / the cadence divisor.
+    cadence: Duration,
     /// The wait before retrying a failed renewal: a quarter of the cadence, so that with the
-    /// defaults at least two retries happen between the first failure and the signal.
-    fn retry(&self, ttl: Duration) -> Duration {
-        (self.cadence(ttl) / 4).max(Duration::from_millis(1))
+    /// defaults at least two retries happen between the first failure and the signal (and at
+    /// least [`MIN_RETRY`]).
+    retry: Duration,
+    /// The validity left at which the signal fires unless a renewal was confirmed: TTL / the
+    /// margin divisor.
+    margin: Duration,
+}
+
+impl Schedule {
+    fn new(ttl: Duration, cadence_divisor: u32, margin_divisor: u32) -> Self {
+        let cadence = ttl / cadence_divisor;
+        Self {
+            cadence,
+            retry: (cadence / 4).max(MIN_RETRY),
+            margin: ttl / margin_divisor,
+        }
+    }
+
+    /// Returns true if and only if a lease valid for `validity` after each renewal can be
+    /// kept: that validity must be more than the cadence, a retry interval and the margin
+    /// together, or a failed renewal could not be retried in time (and with less than the
+    /// margin and a retry interval, every renewal would be due at once, for ever).
+    fn fits(&self, validity: Duration) -> bool {
+        validity > self.cadence + self.retry + self.margin
+    }
+
+    /// How long from now, with `remaining` validity, until the margin point: the instant the
+    /// remaining validity falls to the margin.
+    fn until_margin(&self, remaining: Duration) -> Duration {
+        remaining.saturating_sub(self.margin)
+    }
+
+    /// Returns true if and only if, with `remaining` validity and no confirmation to extend
+    /// it, the signal must fire now: the remaining validity is down to the margin.
+    fn must_fire(&self, remaining: Duration) -> bool {
+        remaining <= self.margin
     }
 
     /// How long from now, with `remaining` validity, the next renewal is due: a cadence
@@ -305,14 +357,13 @@ impl KeepAliveSettings {
     /// interval before the margin point, so that the reply is due before the signal would
     /// fire. After a failure with no retry interval left before the margin point, no retry
     /// could be answered in time: the wait is then to the margin point, where the signal fires.
-    fn next_renewal(&self, ttl: Duration, remaining: Duration, failing: bool) -> Duration {
-        let retry = self.retry(ttl);
-        let to_margin = remaining.saturating_sub(self.margin(ttl));
-        let latest = to_margin.saturating_sub(retry);
+    fn next_renewal(&self, remaining: Duration, failing: bool) -> Duration {
+        let to_margin = self.until_margin(remaining);
+        let latest = to_margin.saturating_sub(self.retry);
         if !failing {
-            self.cadence(ttl).min(latest)
-        } else if to_margin > retry {
-            retry.min(latest)
+            self.cadence.min(latest)
+        } else if to_margin > self.retry {
+            self.retry.min(latest)
         } else {
             // Also what keeps a backend that fails at once from being retried in a tight loop.
             to_margin
@@ -579,7 +630,7 @@ impl Watchdog {
         let lease = handle.renewable();
         // A handle already lost or released, or with no more than the margin left, cannot be
         // kept: its work is told before `keep` returns, and the task never sees it.
-        let stopped = match must_fire(&self.settings, lease.as_ref()) {
+        let stopped = match loss_at_margin(&self.settings, lease.as_ref()) {
             Some(reason) => {
                 signal.fire(reason);
                 true
@@ -838,15 +889,13 @@ impl Keeper {
         }
     }
 
-    /// Puts the lease between renewals; see `KeepAliveSettings::next_renewal`.
+    /// Puts the lease between renewals; see `Schedule::next_renewal`.
     fn wait(&mut self, id: u64, failing: bool) {
         let Some(entry) = self.leases.get_mut(&id) else {
             return;
         };
-        let ttl = entry.lease.ttl();
-        let after = self
-            .settings
-            .next_renewal(ttl, entry.lease.remaining_validity(), failing);
+        let schedule = self.settings.schedule(entry.lease.ttl());
+        let after = schedule.next_renewal(entry.lease.remaining_validity(), failing);
         entry.phase = Phase::Waiting;
         set_timer(&mut self.timers, id, entry, after);
     }
@@ -860,7 +909,7 @@ impl Keeper {
         if entry.phase == Phase::Done {
             return;
         }
-        if let Some(reason) = must_fire(&self.settings, entry.lease.as_ref()) {
+        if let Some(reason) = loss_at_margin(&self.settings, entry.lease.as_ref()) {
             // At the margin point, or woken past it (a starved runtime): stop the work now,
             // whether a renewal is still queued, being sent, or not yet due. It may yet
             // succeed; the signal cannot wait.
@@ -869,15 +918,12 @@ impl Keeper {
         let Some(entry) = self.leases.get_mut(&id) else {
             return;
         };
-        let ttl = entry.lease.ttl();
+        let schedule = self.settings.schedule(entry.lease.ttl());
         // Until the margin point (set once here, never pushed back when the renewal is sent):
         // for a renewal coming due, its time to be answered; for one already due and woken
         // before the lease's own clock got there (the wheel runs on tokio's clock, validity
         // on the handle's), the rest of that time.
-        let to_margin = entry
-            .lease
-            .remaining_validity()
-            .saturating_sub(self.settings.margin(ttl));
+        let to_margin = schedule.until_margin(entry.lease.remaining_validity());
         if entry.phase == Phase::Waiting {
             entry.phase = Phase::Due { sending: false };
             self.ready.push_back(id);
@@ -894,21 +940,17 @@ impl Keeper {
             // The signal fired while this was being sent; it cannot be undone.
             return;
         }
-        let reason = match outcome {
-            Some(RenewOutcome::Renewed { .. }) => return self.wait(id, false),
-            Some(RenewOutcome::Lost(_)) => LossReason::LostToAnother,
-            // Refused from Lost, or because a release is under way (any other state).
-            Some(RenewOutcome::Refused {
-                state: LeaseState::Lost,
-            }) => LossReason::LostToAnother,
-            Some(RenewOutcome::Refused { .. }) => LossReason::Released,
-            None => LossReason::WatchdogStopped,
-            // Failed, indeterminate or overloaded: nothing is proven either way. Retry while
-            // validity above the margin remains; once it is down to the margin, stop.
-            Some(_) => match must_fire(&self.settings, entry.lease.as_ref()) {
-                Some(reason) => reason,
-                None => return self.wait(id, true),
-            },
+        let reason = match renewal_verdict(outcome.as_ref()) {
+            RenewalVerdict::Confirmed => return self.wait(id, false),
+            RenewalVerdict::Ended(reason) => reason,
+            // Retry while validity above the margin remains; once it is down to the margin,
+            // stop.
+            RenewalVerdict::Unproven => {
+                match loss_at_margin(&self.settings, entry.lease.as_ref()) {
+                    Some(reason) => reason,
+                    None => return self.wait(id, true),
+                }
+            }
         };
         self.fire(id, reason);
     }
@@ -926,7 +968,7 @@ impl Keeper {
             if entry.phase != (Phase::Due { sending: false }) {
                 continue;
             }
-            if let Some(reason) = must_fire(&self.settings, entry.lease.as_ref()) {
+            if let Some(reason) = loss_at_margin(&self.settings, entry.lease.as_ref()) {
                 // Its time ran out while it queued (its timer would say so next).
                 self.fire(id, reason);
                 continue;
@@ -990,8 +1032,45 @@ fn set_timer(timers: &mut DelayQueue<u64>, id: u64, entry: &mut Entry, after: Du
 
 /// Returns why the signal must fire now, if it must: the lease's remaining validity is down
 /// to the margin without a confirmation to extend it.
-fn must_fire(settings: &KeepAliveSettings, lease: &dyn Renewable) -> Option<LossReason> {
-    (lease.remaining_validity() <= settings.margin(lease.ttl())).then(|| margin_reason(lease))
+///
+/// This is where the lease's clock is read; the decision is [`Schedule::must_fire`]'s. The
+/// state is read only when the signal fires, as only then is it needed.
+fn loss_at_margin(settings: &KeepAliveSettings, lease: &dyn Renewable) -> Option<LossReason> {
+    let schedule = settings.schedule(lease.ttl());
+    schedule
+        .must_fire(lease.remaining_validity())
+        .then(|| margin_reason(lease.state()))
+}
+
+/// What a renewal's outcome (`None` if the backend panicked) means for its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RenewalVerdict {
+    /// The renewal was confirmed: the next one is due a cadence on.
+    Confirmed,
+    /// Failed, indeterminate or overloaded: nothing is proven either way, and the lease is
+    /// retried while validity above the margin remains.
+    Unproven,
+    /// The lease has ended, or nothing will renew it any more: the signal fires.
+    Ended(LossReason),
+}
+
+/// Judges a renewal by its outcome alone.
+fn renewal_verdict(outcome: Option<&RenewOutcome>) -> RenewalVerdict {
+    match outcome {
+        Some(RenewOutcome::Renewed { .. }) => RenewalVerdict::Confirmed,
+        Some(RenewOutcome::Lost(_)) => RenewalVerdict::Ended(LossReason::LostToAnother),
+        // Refused from Lost, or because a release is under way (any other state).
+        Some(RenewOutcome::Refused {
+            state: LeaseState::Lost,
+        }) => RenewalVerdict::Ended(LossReason::LostToAnother),
+        Some(RenewOutcome::Refused { .. }) => RenewalVerdict::Ended(LossReason::Released),
+        None => RenewalVerdict::Ended(LossReason::WatchdogStopped),
+        Some(
+            RenewOutcome::Indeterminate(_)
+            | RenewOutcome::Unavailable(_)
+            | RenewOutcome::Overloaded,
+        ) => RenewalVerdict::Unproven,
+    }
 }
 
 /// Why the signal fires after [`KeptLease::release`] returned `outcome`.
@@ -1015,8 +1094,8 @@ fn release_reason(outcome: &ReleaseOutcome) -> LossReason {
 /// Why the signal fires for a lease whose remaining validity is down to the margin (or to
 /// nothing), from what its handle has recorded: a lease released or lost through its handle
 /// (or through a replayed handle, which shares its state) is not merely unconfirmed.
-fn margin_reason(lease: &dyn Renewable) -> LossReason {
-    match lease.state() {
+fn margin_reason(state: LeaseState) -> LossReason {
+    match state {
         LeaseState::Lost => LossReason::LostToAnother,
         LeaseState::Released => LossReason::Released,
         LeaseState::Expired => LossReason::Expired,
