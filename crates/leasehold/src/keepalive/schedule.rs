@@ -153,3 +153,289 @@ pub(super) fn margin_reason(state: LeaseState) -> LossReason {
         _ => LossReason::Unreachable,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::{
+        Indeterminate, IndeterminateCause, LossCause, Unavailable, UnavailableCause,
+    };
+
+    const NS: Duration = Duration::from_nanos(1);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A 3 s lease under the default divisors: a cadence of 1 s, a retry of 250 ms and a
+    /// margin of 600 ms, so its margin point is 600 ms before the end of its validity.
+    fn three_seconds() -> Schedule {
+        Schedule::new(Duration::from_secs(3), 3, 5)
+    }
+
+    /// Every lease state. The match fails to compile when a state is added, until it is
+    /// listed here (and its reasons are pinned below).
+    fn every_state() -> [LeaseState; 5] {
+        let states = [
+            LeaseState::Active,
+            LeaseState::Expired,
+            LeaseState::Unknown,
+            LeaseState::Lost,
+            LeaseState::Released,
+        ];
+        for state in states {
+            match state {
+                LeaseState::Active
+                | LeaseState::Expired
+                | LeaseState::Unknown
+                | LeaseState::Lost
+                | LeaseState::Released => {}
+            }
+        }
+        states
+    }
+
+    fn indeterminate() -> Indeterminate {
+        Indeterminate::new(IndeterminateCause::ResponseTimeout, "no reply")
+    }
+
+    fn unavailable() -> Unavailable {
+        Unavailable::new(UnavailableCause::ConnectionRefused, "refused")
+    }
+
+    #[test]
+    fn the_intervals_are_fractions_of_the_ttl() {
+        assert_eq!(
+            three_seconds(),
+            Schedule {
+                cadence: ms(1_000),
+                retry: ms(250),
+                margin: ms(600),
+            }
+        );
+        assert_eq!(
+            Schedule::new(Duration::from_secs(60), 4, 10),
+            Schedule {
+                cadence: Duration::from_secs(15),
+                retry: ms(3_750),
+                margin: Duration::from_secs(6),
+            }
+        );
+    }
+
+    #[test]
+    fn a_retry_is_never_shorter_than_a_millisecond() {
+        // A quarter of a 1 ms cadence would be 250 us.
+        assert_eq!(Schedule::new(ms(3), 3, 5).retry, ms(1));
+        // A cadence that rounds to nothing still retries a millisecond later, not at once.
+        let tiny = Schedule::new(NS * 99, 100, 100);
+        assert_eq!(tiny.cadence, Duration::ZERO);
+        assert_eq!(tiny.retry, ms(1));
+        // At and above the floor, the quarter itself.
+        assert_eq!(Schedule::new(ms(12), 3, 5).retry, ms(1));
+        assert_eq!(
+            Schedule::new(ms(15), 3, 5).retry,
+            Duration::from_micros(1_250)
+        );
+    }
+
+    #[test]
+    fn after_a_confirmation_the_next_renewal_is_a_cadence_away() {
+        let s = three_seconds();
+        // Fresh from a confirmation (validity 2.96 s after the drift budget): 2.36 s to the
+        // margin point, 2.11 s to the last moment a renewal may be sent.
+        assert_eq!(s.next_renewal(ms(2_960), false), s.cadence);
+        // Exactly a cadence before that last moment, still the cadence.
+        let edge = s.cadence + s.retry + s.margin;
+        assert_eq!(s.next_renewal(edge, false), s.cadence);
+        assert_eq!(s.next_renewal(edge + NS, false), s.cadence);
+    }
+
+    #[test]
+    fn a_renewal_is_capped_to_a_retry_before_the_margin_point() {
+        let s = three_seconds();
+        let edge = s.cadence + s.retry + s.margin;
+        assert_eq!(s.next_renewal(edge - NS, false), s.cadence - NS);
+        // 1.5 s left: 900 ms to the margin point, so it is sent 650 ms from now.
+        assert_eq!(s.next_renewal(ms(1_500), false), ms(650));
+        // With no more than a retry left before the margin point, it is due at once.
+        assert_eq!(s.next_renewal(s.margin + s.retry, false), Duration::ZERO);
+        assert_eq!(s.next_renewal(ms(700), false), Duration::ZERO);
+        assert_eq!(s.next_renewal(Duration::ZERO, false), Duration::ZERO);
+    }
+
+    #[test]
+    fn after_a_failure_the_next_renewal_is_a_retry_away() {
+        let s = three_seconds();
+        assert_eq!(s.next_renewal(ms(2_960), true), s.retry);
+        // 1.1 s left: 500 ms to the margin point, room for a whole retry interval and more.
+        assert_eq!(s.next_renewal(ms(1_100), true), s.retry);
+        // Capped, like a confirmed one, to a retry before the margin point: 1 s left is
+        // 400 ms to the margin point, so the retry goes 150 ms from now.
+        assert_eq!(s.next_renewal(ms(1_000), true), ms(150));
+        // One nanosecond more than a retry before the margin point: sent in that nanosecond.
+        assert_eq!(s.next_renewal(s.margin + s.retry + NS, true), NS);
+    }
+
+    #[test]
+    fn with_no_room_for_a_retry_the_wait_is_to_the_margin_point() {
+        let s = three_seconds();
+        // Exactly a retry before the margin point: no retry could be answered in time.
+        assert_eq!(s.next_renewal(s.margin + s.retry, true), s.retry);
+        // 700 ms left: the margin point is 100 ms away.
+        assert_eq!(s.next_renewal(ms(700), true), ms(100));
+        // At or past the margin point, nothing to wait for.
+        assert_eq!(s.next_renewal(s.margin, true), Duration::ZERO);
+        assert_eq!(s.next_renewal(ms(10), true), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_margin_point_is_the_validity_above_the_margin() {
+        let s = three_seconds();
+        assert_eq!(s.until_margin(ms(2_960)), ms(2_360));
+        assert_eq!(s.until_margin(s.margin + NS), NS);
+        assert_eq!(s.until_margin(s.margin), Duration::ZERO);
+        assert_eq!(s.until_margin(ms(100)), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_signal_must_fire_at_exactly_the_margin() {
+        let s = three_seconds();
+        assert!(s.must_fire(s.margin));
+        assert!(!s.must_fire(s.margin + NS));
+        assert!(s.must_fire(s.margin - NS));
+        assert!(s.must_fire(Duration::ZERO));
+        assert!(!s.must_fire(ms(2_960)));
+    }
+
+    #[test]
+    fn a_lease_fits_only_with_more_than_a_cadence_a_retry_and_the_margin() {
+        let s = three_seconds();
+        let edge = ms(1_850);
+        assert_eq!(edge, s.cadence + s.retry + s.margin);
+        assert!(!s.fits(edge));
+        assert!(s.fits(edge + NS));
+        assert!(!s.fits(edge - NS));
+        assert!(!s.fits(Duration::ZERO));
+        assert!(s.fits(ms(2_960)));
+    }
+
+    #[test]
+    fn the_divisors_have_room_exactly_when_5m_plus_4c_is_below_4cm() {
+        for c in 2..=100u32 {
+            for m in 2..=100u32 {
+                let (ci, mi) = (i64::from(c), i64::from(m));
+                // 5m + 4c = 4cm has no solution here ((4c - 5)(m - 1) = 5 has none in
+                // integers), so `<` and `<=` agree and no pair sits on the boundary.
+                assert_ne!(5 * mi + 4 * ci, 4 * ci * mi, "c = {c}, m = {m}");
+                let expected = 4 * ci * mi - 5 * mi - 4 * ci > 0;
+                assert_eq!(has_room(c, m), expected, "c = {c}, m = {m}");
+                // The same in Durations: the cadence, a quarter of it and the margin add up
+                // to less than the TTL. Off the boundary by at least TTL / 4cm, far more
+                // than the rounding of the divisions.
+                for secs in [1, 30, 3_600] {
+                    let ttl = Duration::from_secs(secs);
+                    let room = ttl / c + ttl / (4 * c) + ttl / m < ttl;
+                    assert_eq!(has_room(c, m), room, "c = {c}, m = {m}, ttl = {ttl:?}");
+                    // And what a lease kept with no drift budget then needs.
+                    let fits = Schedule::new(ttl, c, m).fits(ttl);
+                    assert_eq!(has_room(c, m), fits, "c = {c}, m = {m}, ttl = {ttl:?}");
+                }
+            }
+        }
+        // As documented: only a cadence and a margin of TTL / 2 each are refused.
+        let refused: Vec<_> = (2..=100u32)
+            .flat_map(|c| (2..=100u32).map(move |m| (c, m)))
+            .filter(|&(c, m)| !has_room(c, m))
+            .collect();
+        assert_eq!(refused, [(2, 2)]);
+    }
+
+    #[test]
+    fn a_renewal_is_judged_by_its_outcome() {
+        let remaining = ms(2_960);
+        assert_eq!(
+            renewal_verdict(Some(&RenewOutcome::Renewed { remaining })),
+            RenewalVerdict::Confirmed
+        );
+        for cause in [LossCause::Absent, LossCause::OtherHolder] {
+            assert_eq!(
+                renewal_verdict(Some(&RenewOutcome::Lost(cause))),
+                RenewalVerdict::Ended(LossReason::LostToAnother)
+            );
+        }
+        for outcome in [
+            RenewOutcome::Indeterminate(indeterminate()),
+            RenewOutcome::Unavailable(unavailable()),
+            RenewOutcome::Overloaded,
+        ] {
+            assert_eq!(
+                renewal_verdict(Some(&outcome)),
+                RenewalVerdict::Unproven,
+                "{outcome:?}"
+            );
+        }
+        for state in every_state() {
+            // Refused from Lost: lost; from any other state, a release is under way.
+            let reason = match state {
+                LeaseState::Lost => LossReason::LostToAnother,
+                _ => LossReason::Released,
+            };
+            assert_eq!(
+                renewal_verdict(Some(&RenewOutcome::Refused { state })),
+                RenewalVerdict::Ended(reason),
+                "{state:?}"
+            );
+        }
+        // The backend panicked.
+        assert_eq!(
+            renewal_verdict(None),
+            RenewalVerdict::Ended(LossReason::WatchdogStopped)
+        );
+    }
+
+    #[test]
+    fn a_release_is_judged_by_its_outcome() {
+        let cases = [
+            (ReleaseOutcome::Released, LossReason::Released),
+            (ReleaseOutcome::AlreadyGone, LossReason::LostToAnother),
+            (ReleaseOutcome::NotOwner, LossReason::LostToAnother),
+            (
+                ReleaseOutcome::Indeterminate(indeterminate()),
+                LossReason::Unreachable,
+            ),
+            (
+                ReleaseOutcome::Unavailable(unavailable()),
+                LossReason::Unreachable,
+            ),
+            (ReleaseOutcome::Overloaded, LossReason::Unreachable),
+        ];
+        for (outcome, reason) in cases {
+            assert_eq!(release_reason(&outcome), reason, "{outcome:?}");
+        }
+        for state in every_state() {
+            let reason = match state {
+                LeaseState::Released => LossReason::Released,
+                _ => LossReason::LostToAnother,
+            };
+            assert_eq!(
+                release_reason(&ReleaseOutcome::Refused { state }),
+                reason,
+                "{state:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn at_the_margin_the_reason_comes_from_the_lease_state() {
+        for state in every_state() {
+            let reason = match state {
+                LeaseState::Active | LeaseState::Unknown => LossReason::Unreachable,
+                LeaseState::Expired => LossReason::Expired,
+                LeaseState::Lost => LossReason::LostToAnother,
+                LeaseState::Released => LossReason::Released,
+            };
+            assert_eq!(margin_reason(state), reason, "{state:?}");
+        }
+    }
+}
