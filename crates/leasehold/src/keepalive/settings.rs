@@ -165,3 +165,81 @@ impl KeepAliveSettings {
         self.max_in_flight
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NS: Duration = Duration::from_nanos(1);
+
+    #[test]
+    fn the_setters_accept_exactly_the_divisors_with_room_for_a_retry() {
+        for c in 2..=100 {
+            for m in 2..=100 {
+                let defaults = KeepAliveSettings::default();
+                // Either order: the first setter alone always leaves room with the other's
+                // default, so the second one decides.
+                let cadence_first = defaults
+                    .with_cadence_divisor(c)
+                    .and_then(|s| s.with_margin_divisor(m));
+                let margin_first = defaults
+                    .with_margin_divisor(m)
+                    .and_then(|s| s.with_cadence_divisor(c));
+                for settings in [cadence_first, margin_first] {
+                    match settings {
+                        Ok(settings) => {
+                            assert!(has_room(c, m), "c = {c}, m = {m}");
+                            assert_eq!((settings.cadence_divisor, settings.margin_divisor), (c, m));
+                        }
+                        Err(error) => {
+                            assert!(!has_room(c, m), "c = {c}, m = {m}: {error}");
+                            assert_eq!(error.kind(), ErrorKind::InvalidSetting);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn settings_out_of_range_are_refused() {
+        let defaults = KeepAliveSettings::default();
+        for divisor in [0, 1, 101, u32::MAX] {
+            assert!(defaults.with_cadence_divisor(divisor).is_err(), "{divisor}");
+            assert!(defaults.with_margin_divisor(divisor).is_err(), "{divisor}");
+        }
+        for max in [0, 10_000_001] {
+            assert!(defaults.with_max_leases(max).is_err(), "{max}");
+        }
+        for max in [1, 10_000_000] {
+            assert_eq!(defaults.with_max_leases(max).unwrap().max_leases(), max);
+        }
+        for max in [0, 100_001] {
+            assert!(defaults.with_max_in_flight(max).is_err(), "{max}");
+        }
+        for max in [1, 100_000] {
+            assert_eq!(
+                defaults.with_max_in_flight(max).unwrap().max_in_flight(),
+                max
+            );
+        }
+        assert_eq!(
+            (defaults.max_leases(), defaults.max_in_flight()),
+            (100_000, 256)
+        );
+    }
+
+    #[test]
+    fn a_lease_is_kept_only_with_validity_beyond_a_cadence_a_retry_and_the_margin() {
+        let settings = KeepAliveSettings::default();
+        let ttl = Duration::from_secs(3);
+        // A cadence of 1 s, a retry of 250 ms and a margin of 600 ms: 1.85 s of the 3 s.
+        let drift = Duration::from_millis(1_150);
+        let error = settings.check_lease(ttl, drift).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::InvalidSetting);
+        settings.check_lease(ttl, drift - NS).unwrap();
+        settings.check_lease(ttl, Duration::ZERO).unwrap();
+        // A drift budget beyond the TTL leaves no validity at all.
+        assert!(settings.check_lease(ttl, ttl + NS).is_err());
+    }
+}
