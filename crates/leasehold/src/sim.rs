@@ -183,7 +183,7 @@ fn duration_ms(ms: i64) -> Duration {
 }
 
 fn fingerprint(token: &str) -> HolderFingerprint {
-    crate::id::fingerprint_of_token(token)
+    HolderFingerprint::of_token_text(token)
 }
 
 impl ServerState {
