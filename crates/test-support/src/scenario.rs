@@ -18,12 +18,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
-use leasehold::sim::{Fault, SimBackend, SimServer};
 use leasehold::{
     AcquireOutcome, Attempt, FenceGate, FenceToken, HolderFingerprint, InspectOutcome,
     LeaseBackend, LeaseClient, LeaseHandle, LeaseRequest, LeaseState, ManualClock, OperationId,
     Purpose, ReleaseOutcome, RenewOutcome, ResourceDigest,
 };
+use leasehold_sim::{Fault, SimBackend, SimServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
@@ -741,7 +741,7 @@ impl SimWorld {
             }
             _ => {
                 let lineage = self.server.lineage();
-                return leasehold::sim::run_now(self.world.apply(step, request, lineage));
+                return leasehold_sim::run_now(self.world.apply(step, request, lineage));
             }
         }
         None
