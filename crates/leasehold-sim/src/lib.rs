@@ -1,4 +1,5 @@
-//! A simulated lease server and backend for `leasehold`, for deterministic tests.
+//! A simulated lease server and backend for `leasehold`, random scenarios to drive them, and
+//! the invariant checker: deterministic tests of the lease logic.
 //!
 //! [`SimServer`] keeps leases and fence counters in memory with exactly the semantics of the
 //! Redis scripts (`leasehold-redis/lua/*.lua`): the same replies, the same fence rule, PTTLs in
@@ -6,6 +7,10 @@
 //! client's connection to it, implementing the [`LeaseBackend`](leasehold::LeaseBackend) port,
 //! with [`Fault`]s injected into its next calls. Server-wide faults (clock steps, a restart
 //! without persistence, a failover that loses the last writes) are methods of the server.
+//!
+//! On top of them, [`scenario`] draws random [`Step`]s with proptest, a [`World`] runs them
+//! over any backend (so the same steps also run against real redis-server), and the checker in
+//! [`invariant`] says which lease invariant a [`SimWorld`] broke, and after which step.
 //!
 //! It is a crate of its own, as `tokio-test` is beside `tokio`, so that the provider-neutral
 //! `leasehold` knows nothing of Redis keys or expiry and carries no test-only feature: its own
@@ -61,7 +66,14 @@
 //! - [`oracle`]: what the server shows tests directly;
 //! - [`immediate`]: [`run_now`], which completes a call on a manual clock without a runtime;
 //! - inside: the keyspace and its expiry rule, the scripts' semantics, the server's state
-//!   between requests (snapshots for lossy failovers, late requests, downtime).
+//!   between requests (snapshots for lossy failovers, late requests, downtime);
+//! - [`step`]: the step language of scenarios;
+//! - [`scenario`]: the generator: modes, the proptest strategy, seeded runners;
+//! - [`request_book`]: the requests a scenario makes, shared by the worlds that run it;
+//! - [`world`]: running lease steps over any backend;
+//! - [`signature`]: what a step did, independent of timing, and comparing runs by fence order;
+//! - [`sim_world`]: the simulated world, and the steps that act on the server;
+//! - [`invariant`]: the invariant checker.
 
 #![warn(
     missing_docs,
@@ -74,15 +86,29 @@
 pub mod backend;
 pub mod fault;
 pub mod immediate;
+pub mod invariant;
 mod keyspace;
 pub mod oracle;
+pub mod request_book;
+pub mod scenario;
 mod script;
 pub mod server;
+pub mod signature;
+pub mod sim_world;
 mod state;
+pub mod step;
 mod units;
+pub mod world;
 
 pub use backend::{RequestKind, SentRequest, SimBackend};
 pub use fault::Fault;
 pub use immediate::run_now;
+pub use invariant::{Violation, run_sim};
 pub use oracle::StoredGrant;
+pub use request_book::RequestBook;
+pub use scenario::Mode;
 pub use server::SimServer;
+pub use signature::{Signature, by_rank};
+pub use sim_world::SimWorld;
+pub use step::{FaultStep, Step};
+pub use world::World;

@@ -3,8 +3,10 @@
 //! `LEASEHOLD_SIM_CASES` sets the number of cases (default below, sized for CI on 2 cores);
 //! `LEASEHOLD_SIM_SEED` replays a run; every failure prints its seed and the shrunk steps.
 
+use leasehold_sim::invariant::ALL;
+use leasehold_sim::scenario::{self, steps};
+use leasehold_sim::{Mode, run_sim};
 use proptest::test_runner::{TestCaseError, TestError};
-use test_support::scenario::{self, ALL, Mode, run_sim, steps};
 
 /// Steps per scenario, at most.
 const MAX_STEPS: usize = 100;
@@ -83,7 +85,7 @@ fn a_clock_stepped_back_across_a_lost_counter_reissues_fences_and_fencing_still_
 /// less than the restart took, the new fence is above; by more, it is below.
 #[test]
 fn fences_survive_a_restart_unless_the_clock_went_back_further_than_it_took() {
-    use test_support::scenario::Step::*;
+    use leasehold_sim::Step::*;
     let around_a_restart = |back_ms: i64| {
         [
             Advance { ms: 100 },
@@ -132,7 +134,7 @@ fn fences_survive_a_restart_unless_the_clock_went_back_further_than_it_took() {
 /// Fixed by sharing one state between every handle of a grant.
 #[test]
 fn regression_release_through_a_replayed_handle_is_seen_by_the_first() {
-    use test_support::scenario::Step::*;
+    use leasehold_sim::Step::*;
     let steps = [
         Acquire {
             client: 0,
@@ -171,7 +173,7 @@ fn regression_release_through_a_replayed_handle_is_seen_by_the_first() {
 
 #[test]
 fn the_simulator_never_prints_a_token() {
-    use test_support::scenario::{RequestBook, SimWorld, Step};
+    use leasehold_sim::{RequestBook, SimWorld, Step};
     let mut world = SimWorld::new();
     let mut book = RequestBook::new();
     let step = Step::Acquire {
