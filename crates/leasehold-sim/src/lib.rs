@@ -10,7 +10,7 @@
 //!
 //! On top of them, [`scenario`] draws random [`Step`]s with proptest, a [`World`] runs them
 //! over any backend (so the same steps also run against real redis-server), and the checker in
-//! [`invariant`] says which lease invariant a [`SimWorld`] broke, and after which step.
+//! [`checker`] says which [`Invariant`] a [`SimWorld`] broke, after which step, and what it saw.
 //!
 //! It is a crate of its own, as `tokio-test` is beside `tokio`, so that the provider-neutral
 //! `leasehold` knows nothing of Redis keys or expiry and carries no test-only feature: its own
@@ -73,7 +73,8 @@
 //! - [`world`]: running lease steps over any backend;
 //! - [`signature`]: what a step did, independent of timing, and comparing runs by fence order;
 //! - [`sim_world`]: the simulated world, and the steps that act on the server;
-//! - [`invariant`]: the invariant checker.
+//! - [`invariant`]: the invariants, and the violations that report a broken one;
+//! - [`checker`]: the invariant checker.
 
 #![warn(
     missing_docs,
@@ -84,6 +85,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod checker;
 pub mod fault;
 pub mod immediate;
 pub mod invariant;
@@ -101,10 +103,11 @@ mod units;
 pub mod world;
 
 pub use backend::{RequestKind, SentRequest, SimBackend};
+pub use checker::run_sim;
 pub use fault::Fault;
 pub use immediate::run_now;
-pub use invariant::{Violation, run_sim};
-pub use oracle::StoredGrant;
+pub use invariant::{Evidence, Invariant, Violation};
+pub use oracle::{NonOwnerSuccess, StoredGrant};
 pub use request_book::RequestBook;
 pub use scenario::Mode;
 pub use server::SimServer;

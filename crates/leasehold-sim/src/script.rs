@@ -16,6 +16,7 @@ use leasehold::{
     UnusableKey,
 };
 
+use crate::RequestKind;
 use crate::keyspace::{Stored, fence_key};
 use crate::state::ServerState;
 use crate::units::duration_ms;
@@ -123,7 +124,7 @@ impl ServerState {
                     Applied::Renew(RenewReply::Lost(LossCause::OtherHolder))
                 }
                 Some(stored) => {
-                    self.audit("renew", &stored, exact);
+                    self.audit(RequestKind::Renew, &stored, exact);
                     self.before_write();
                     if let Some(stored) = self.keyspace.leases.get_mut(key) {
                         stored.expires_at_ms = now + ttl_ms;
@@ -139,7 +140,7 @@ impl ServerState {
                     Applied::Release(ReleaseReply::NotOwner)
                 }
                 Some(stored) => {
-                    self.audit("release", &stored, exact);
+                    self.audit(RequestKind::Release, &stored, exact);
                     self.before_write();
                     self.keyspace.leases.remove(key);
                     Applied::Release(ReleaseReply::Released)

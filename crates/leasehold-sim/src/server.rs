@@ -26,7 +26,7 @@ use leasehold::{
 
 use crate::backend::SimBackend;
 use crate::keyspace::{Keyspace, fence_key, key_of};
-use crate::oracle::StoredGrant;
+use crate::oracle::{NonOwnerSuccess, StoredGrant};
 use crate::state::ServerState;
 use crate::units::{duration_ms, micros, millis};
 
@@ -217,7 +217,7 @@ impl SimServer {
 
     /// Returns every renewal or release that succeeded for someone who was not the stored
     /// holder (empty unless the server's semantics are broken).
-    pub fn non_owner_successes(&self) -> Vec<String> {
+    pub fn non_owner_successes(&self) -> Vec<NonOwnerSuccess> {
         self.lock().non_owner_successes.clone()
     }
 

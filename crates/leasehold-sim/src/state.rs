@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use leasehold::{Failure, Unavailable, UnavailableCause};
 
+use crate::RequestKind;
 use crate::keyspace::{Keyspace, Stored};
+use crate::oracle::NonOwnerSuccess;
 use crate::script::{Exact, WireOp};
 use crate::units::duration_ms;
 
@@ -36,7 +38,7 @@ pub(crate) struct ServerState {
     /// failover in progress).
     pub(crate) down: Option<(Duration, &'static str)>,
     /// Renewals and releases that succeeded for a requester other than the stored holder.
-    pub(crate) non_owner_successes: Vec<String>,
+    pub(crate) non_owner_successes: Vec<NonOwnerSuccess>,
 }
 
 impl std::fmt::Debug for ServerState {
@@ -67,14 +69,15 @@ impl ServerState {
     }
 
     /// Records a success for anyone but the exact stored grant (invariant I1's oracle).
-    pub(crate) fn audit(&mut self, what: &str, stored: &Stored, requester: &Exact) {
+    pub(crate) fn audit(&mut self, request: RequestKind, stored: &Stored, requester: &Exact) {
         if (stored.fence, &stored.token, &stored.operation)
             != (requester.0, &requester.1, &requester.2)
         {
-            self.non_owner_successes.push(format!(
-                "{what} succeeded for fence {} while fence {} was stored",
-                requester.0, stored.fence
-            ));
+            self.non_owner_successes.push(NonOwnerSuccess {
+                request,
+                fence: requester.0,
+                stored_fence: stored.fence,
+            });
         }
     }
 
