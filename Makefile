@@ -36,15 +36,16 @@ lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 
-## docs: rustdoc for the library crates, missing docs and broken links denied.
+## docs: rustdoc for the library crates and the (unpublished) simulator, missing docs and
+## broken links denied.
 docs:
-	RUSTDOCFLAGS="-D warnings -D missing_docs" $(CARGO) doc --no-deps $(LIB_CRATES) --all-features
+	RUSTDOCFLAGS="-D warnings -D missing_docs" $(CARGO) doc --no-deps $(LIB_CRATES) -p leasehold-sim --all-features
 
 ## features: every feature combination a user can build compiles, warnings denied (clippy's
 ## -D warnings reaches our crates only, so dependencies are not rebuilt for it).
 features: msrv
 	$(CARGO) clippy -q -p leasehold --no-default-features -- -D warnings
-	$(CARGO) clippy -q -p leasehold --features test-util -- -D warnings
+	$(CARGO) clippy -q -p leasehold-sim -- -D warnings
 	$(CARGO) clippy -q -p leasehold-redis --no-default-features -- -D warnings
 	$(CARGO) clippy -q -p leasehold-redis --features tls -- -D warnings
 	$(CARGO) clippy -q -p leasehold-cli -- -D warnings

@@ -243,11 +243,11 @@ mod tests {
     use std::os::unix::process::ExitStatusExt as _;
     use std::time::Duration;
 
-    use leasehold::sim::{Fault, SimBackend, SimServer};
     use leasehold::{
         AcquireOutcome, Clock, LeaseClient, LossReason, ManualClock, OperationId, Purpose,
         ResourceDigest, TokioClock, Watchdog,
     };
+    use leasehold_sim::{Fault, SimBackend, SimServer};
 
     use super::*;
 

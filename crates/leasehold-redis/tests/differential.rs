@@ -11,13 +11,11 @@
 //! `LEASEHOLD_DIFF_CASES` sets the number of scenarios (default 1,000); `LEASEHOLD_SIM_SEED`
 //! replays a run. A failure prints the seed, the scenario and the step where they disagree.
 
+use leasehold_sim::scenario::{self, CLIENTS, purpose, resource_digest, steps};
+use leasehold_sim::{Mode, RequestBook, Signature, SimWorld, Step, World, by_rank};
 use proptest::strategy::{Strategy, ValueTree};
 use test_support::RedisServer;
-use test_support::scenario::{
-    self, CLIENTS, Mode, RequestBook, SimWorld, Step, World, by_rank, steps,
-};
 
-use leasehold_redis::leasehold::{Purpose, ResourceDigest};
 use leasehold_redis::{RedisBackend, RedisSettings};
 
 const MAX_STEPS: usize = 60;
@@ -52,11 +50,10 @@ async fn the_simulation_agrees_with_real_redis() {
         for step in &scenario {
             let request = book.request_for(step, Mode::DIFFERENTIAL);
             if let Step::Delete { resource } = *step {
-                let (purpose, digest) = (
-                    Purpose::new("sim").unwrap(),
-                    ResourceDigest::of(format!("resource-{resource}")),
-                );
-                let key = clients[0].backend().keys().lease_key(&purpose, &digest);
+                let key = clients[0]
+                    .backend()
+                    .keys()
+                    .lease_key(&purpose(), &resource_digest(resource));
                 server.cmd(&["DEL", &key]);
             }
             simulated.push(sim.step(step, request.as_ref()));
@@ -65,7 +62,7 @@ async fn the_simulation_agrees_with_real_redis() {
         }
         let (simulated_ranks, actual_ranks) = (by_rank(&simulated), by_rank(&actual));
         if let Some(index) = (0..scenario.len()).find(|&i| simulated_ranks[i] != actual_ranks[i]) {
-            let show = |s: &Option<scenario::Signature>| s.as_ref().map(ToString::to_string);
+            let show = |s: &Option<Signature>| s.as_ref().map(ToString::to_string);
             panic!(
                 "LEASEHOLD_SIM_SEED={seed}, scenario {case}, step {index} ({:?}) disagrees\n\
                  by rank:  simulated {:?}, redis-server {:?}\n\

@@ -109,7 +109,7 @@ impl OwnerToken {
 
     /// Returns the public fingerprint of this token.
     pub fn fingerprint(&self) -> HolderFingerprint {
-        HolderFingerprint::of_token(self.expose_secret())
+        HolderFingerprint::of_token_text(self.expose_secret())
     }
 }
 
@@ -132,8 +132,14 @@ impl HolderFingerprint {
     /// Number of hex digits in a fingerprint.
     pub const LEN: usize = 16;
 
-    fn of_token(token: &str) -> Self {
-        let digest = Sha1::digest(token.as_bytes());
+    /// Computes the fingerprint of an owner token's text, for a provider that stores tokens
+    /// and must say who holds a lease (the simulator does; Redis computes it in Lua).
+    ///
+    /// For any token, `HolderFingerprint::of_token_text(token.expose_secret())` equals
+    /// `token.fingerprint()`. It takes text in and gives out only the one-way fingerprint, so
+    /// it reveals nothing a provider did not already know.
+    pub fn of_token_text(text: &str) -> Self {
+        let digest = Sha1::digest(text.as_bytes());
         let mut hex = to_hex(&digest);
         hex.truncate(Self::LEN);
         Self(hex)
@@ -347,12 +353,6 @@ impl fmt::Display for ResourceDigest {
     }
 }
 
-/// The fingerprint of a raw token text (for providers that store tokens, like the simulator).
-#[cfg_attr(not(feature = "test-util"), allow(dead_code))]
-pub(crate) fn fingerprint_of_token(token: &str) -> HolderFingerprint {
-    HolderFingerprint::of_token(token)
-}
-
 /// The two lowercase hex digits of `byte`.
 fn hex_digits(byte: u8) -> [u8; 2] {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -481,11 +481,18 @@ mod tests {
     fn fingerprint_matches_redis_sha1hex_prefix() {
         // SHA-1("abc") = a9993e364706816aba3e25717850c26c9cd0d89d
         assert_eq!(
-            HolderFingerprint::of_token("abc").as_str(),
+            HolderFingerprint::of_token_text("abc").as_str(),
             "a9993e364706816a"
         );
         assert!(HolderFingerprint::parse("a9993e364706816a").is_some());
         assert!(HolderFingerprint::parse("A9993E364706816A").is_none());
         assert!(HolderFingerprint::parse("a9993e").is_none());
+    }
+
+    #[test]
+    fn a_token_and_its_text_have_the_same_fingerprint() {
+        let a = Attempt::new(OperationId::new("op").unwrap()).unwrap();
+        let text = a.owner_token().expose_secret();
+        assert_eq!(HolderFingerprint::of_token_text(text), a.fingerprint());
     }
 }

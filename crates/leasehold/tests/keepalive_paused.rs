@@ -10,12 +10,12 @@
 
 use std::time::Duration;
 
-use leasehold::sim::{Fault, RequestKind, SimBackend, SimServer};
 use leasehold::{
     AcquireOutcome, Clock, DriftBudget, ErrorKind, KeepAliveSettings, LeaseClient, LeaseHandle,
     LeaseState, LossReason, LossSignal, MonotonicInstant, OperationId, Purpose, ReleaseOutcome,
     ResourceDigest, TokioClock, Watchdog,
 };
+use leasehold_sim::{Fault, RequestKind, SimBackend, SimServer};
 use tokio::time::sleep;
 
 const TTL: Duration = Duration::from_secs(3);

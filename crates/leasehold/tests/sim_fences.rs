@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use leasehold::backend::AcquireReply;
-use leasehold::sim::{Fault, SimBackend, SimServer, run_now};
 use leasehold::{
     AcquireOutcome, Attempt, DriftBudget, Failure, FenceToken, InspectOutcome, LeaseBackend,
     LeaseClient, LeaseRequest, ManualClock, OperationId, Purpose, ReleaseOutcome, ResourceDigest,
     UnavailableCause, UnusableKey,
 };
+use leasehold_sim::{Fault, SimBackend, SimServer, run_now};
 
 const TIMEOUT: Duration = Duration::from_millis(200);
 

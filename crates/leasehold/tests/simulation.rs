@@ -3,32 +3,74 @@
 //! `LEASEHOLD_SIM_CASES` sets the number of cases (default below, sized for CI on 2 cores);
 //! `LEASEHOLD_SIM_SEED` replays a run; every failure prints its seed and the shrunk steps.
 
+use std::fmt;
+
+use leasehold::FenceToken;
+use leasehold_sim::Invariant::{
+    self, FencedWritesNeverGoBack, FencesIncrease, MutualExclusion, OnlyTheHolderRenewsOrReleases,
+};
+use leasehold_sim::scenario::{self, steps};
+use leasehold_sim::{Evidence, Mode, Violation, run_sim};
 use proptest::test_runner::{TestCaseError, TestError};
-use test_support::scenario::{self, ALL, Mode, run_sim, steps};
 
 /// Steps per scenario, at most.
 const MAX_STEPS: usize = 100;
 /// Cases per suite in CI; raise with LEASEHOLD_SIM_CASES.
 const CI_CASES: u32 = 2_000;
 
-fn explore(mode: Mode, checked: &'static [&'static str], cases: u32) -> (Result<(), String>, u64) {
+/// What an exploration found: the shrunk scenario's violation, if it has one, and the report
+/// to print.
+#[derive(Debug)]
+struct Found {
+    violation: Option<Violation>,
+    report: String,
+}
+
+impl Found {
+    /// Returns the invariant the shrunk scenario breaks, if it breaks one.
+    fn invariant(&self) -> Option<Invariant> {
+        self.violation.as_ref().map(Violation::invariant)
+    }
+}
+
+impl fmt::Display for Found {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.report)
+    }
+}
+
+fn explore(mode: Mode, checked: &'static [Invariant], cases: u32) -> (Result<(), Found>, u64) {
     let (mut runner, seed) = scenario::runner(cases);
     let result = runner.run(&steps(mode, MAX_STEPS), |s| {
         run_sim(&s, mode, checked).map_err(|v| TestCaseError::fail(v.to_string()))
     });
     let result = result.map_err(|e| match e {
-        TestError::Fail(why, steps) => {
-            format!("{why}\nshrunk to {} steps: {steps:#?}", steps.len())
-        }
-        TestError::Abort(why) => format!("aborted: {why}"),
+        TestError::Fail(why, steps) => Found {
+            // proptest hands back the reason as text; the typed violation comes from running
+            // the shrunk steps once more, which gives the same result: a simulated run depends
+            // on its steps only (owner tokens are random, but only ever compared for equality).
+            violation: run_sim(&steps, mode, checked).err(),
+            report: format!("{why}\nshrunk to {} steps: {steps:#?}", steps.len()),
+        },
+        TestError::Abort(why) => Found {
+            violation: None,
+            report: format!("aborted: {why}"),
+        },
     });
     (result, seed)
 }
 
+/// I1, I4 and I5: fencing.
+const FENCING: &[Invariant] = &[
+    OnlyTheHolderRenewsOrReleases,
+    FencedWritesNeverGoBack,
+    FencesIncrease,
+];
+
 #[test]
 fn timing_faults_keep_every_invariant() {
     let cases = scenario::cases(CI_CASES);
-    let (result, seed) = explore(Mode::TIMING, ALL, cases);
+    let (result, seed) = explore(Mode::TIMING, &Invariant::ALL, cases);
     if let Err(e) = result {
         panic!("LEASEHOLD_SIM_SEED={seed} ({cases} cases): {e}");
     }
@@ -39,10 +81,10 @@ fn timing_faults_keep_every_invariant() {
 #[test]
 fn clock_steps_break_mutual_exclusion_and_fencing_still_holds() {
     let cases = scenario::cases(CI_CASES);
-    let (found, seed) = explore(Mode::CLOCK_STEPS, &["I3"], cases);
+    let (found, seed) = explore(Mode::CLOCK_STEPS, &[MutualExclusion], cases);
     let found = found.expect_err(&format!("LEASEHOLD_SIM_SEED={seed}: no I3 violation found"));
-    assert!(found.contains("I3"), "{found}");
-    let (fenced, seed) = explore(Mode::CLOCK_STEPS, &["I1", "I4", "I5"], cases);
+    assert_eq!(found.invariant(), Some(MutualExclusion), "{found}");
+    let (fenced, seed) = explore(Mode::CLOCK_STEPS, FENCING, cases);
     if let Err(e) = fenced {
         panic!("LEASEHOLD_SIM_SEED={seed}: fencing failed under clock steps: {e}");
     }
@@ -54,10 +96,10 @@ fn clock_steps_break_mutual_exclusion_and_fencing_still_holds() {
 #[test]
 fn lossy_failovers_break_exclusion_and_fences_still_grow() {
     let cases = scenario::cases(CI_CASES);
-    let (found, seed) = explore(Mode::LOSSY, &["I3"], cases);
+    let (found, seed) = explore(Mode::LOSSY, &[MutualExclusion], cases);
     let found = found.expect_err(&format!("LEASEHOLD_SIM_SEED={seed}: no I3 violation found"));
-    assert!(found.contains("I3"), "{found}");
-    let (fenced, seed) = explore(Mode::LOSSY, &["I1", "I4", "I5"], cases);
+    assert_eq!(found.invariant(), Some(MutualExclusion), "{found}");
+    let (fenced, seed) = explore(Mode::LOSSY, FENCING, cases);
     if let Err(e) = fenced {
         panic!("LEASEHOLD_SIM_SEED={seed}: fencing failed under lossy failovers: {e}");
     }
@@ -69,10 +111,14 @@ fn lossy_failovers_break_exclusion_and_fences_still_grow() {
 #[test]
 fn a_clock_stepped_back_across_a_lost_counter_reissues_fences_and_fencing_still_holds() {
     let cases = scenario::cases(CI_CASES);
-    let (found, seed) = explore(Mode::LOSSY_CLOCK_STEPS, &["I5"], cases);
+    let (found, seed) = explore(Mode::LOSSY_CLOCK_STEPS, &[FencesIncrease], cases);
     let found = found.expect_err(&format!("LEASEHOLD_SIM_SEED={seed}: no I5 violation found"));
-    assert!(found.contains("I5"), "{found}");
-    let (fenced, seed) = explore(Mode::LOSSY_CLOCK_STEPS, &["I1", "I4"], cases);
+    assert_eq!(found.invariant(), Some(FencesIncrease), "{found}");
+    let (fenced, seed) = explore(
+        Mode::LOSSY_CLOCK_STEPS,
+        &[OnlyTheHolderRenewsOrReleases, FencedWritesNeverGoBack],
+        cases,
+    );
     if let Err(e) = fenced {
         panic!("LEASEHOLD_SIM_SEED={seed}: fencing failed with clocks stepped across losses: {e}");
     }
@@ -83,7 +129,7 @@ fn a_clock_stepped_back_across_a_lost_counter_reissues_fences_and_fencing_still_
 /// less than the restart took, the new fence is above; by more, it is below.
 #[test]
 fn fences_survive_a_restart_unless_the_clock_went_back_further_than_it_took() {
-    use test_support::scenario::Step::*;
+    use leasehold_sim::Step::*;
     let around_a_restart = |back_ms: i64| {
         [
             Advance { ms: 100 },
@@ -109,20 +155,42 @@ fn fences_survive_a_restart_unless_the_clock_went_back_further_than_it_took() {
         ]
     };
     assert_eq!(
-        run_sim(&around_a_restart(0), Mode::LOSSY_CLOCK_STEPS, &["I5"]),
+        run_sim(
+            &around_a_restart(0),
+            Mode::LOSSY_CLOCK_STEPS,
+            &[FencesIncrease]
+        ),
         Ok(())
     );
     assert_eq!(
-        run_sim(&around_a_restart(9), Mode::LOSSY_CLOCK_STEPS, &["I5"]),
+        run_sim(
+            &around_a_restart(9),
+            Mode::LOSSY_CLOCK_STEPS,
+            &[FencesIncrease]
+        ),
         Ok(())
     );
-    let found = run_sim(&around_a_restart(50), Mode::LOSSY_CLOCK_STEPS, &["I5"])
-        .expect_err("a clock 50 ms back across a 10 ms restart reissues fences");
-    assert_eq!((found.invariant, found.step), ("I5", 6), "{found}");
-    assert!(
-        found
-            .detail
-            .contains("fence 60000 (lineage 1) granted after 100000"),
+    let found = run_sim(
+        &around_a_restart(50),
+        Mode::LOSSY_CLOCK_STEPS,
+        &[FencesIncrease],
+    )
+    .expect_err("a clock 50 ms back across a 10 ms restart reissues fences");
+    assert_eq!(
+        (found.invariant(), found.step()),
+        (FencesIncrease, 6),
+        "{found}"
+    );
+    let fence = |n| FenceToken::new(n).expect("a fence");
+    assert_eq!(
+        found.evidence(),
+        &Evidence::FenceDidNotIncrease {
+            resource: 0,
+            earlier: fence(100_000),
+            earlier_lineage: 0,
+            later: fence(60_000),
+            later_lineage: 1,
+        },
         "{found}"
     );
 }
@@ -132,7 +200,7 @@ fn fences_survive_a_restart_unless_the_clock_went_back_further_than_it_took() {
 /// Fixed by sharing one state between every handle of a grant.
 #[test]
 fn regression_release_through_a_replayed_handle_is_seen_by_the_first() {
-    use test_support::scenario::Step::*;
+    use leasehold_sim::Step::*;
     let steps = [
         Acquire {
             client: 0,
@@ -166,12 +234,12 @@ fn regression_release_through_a_replayed_handle_is_seen_by_the_first() {
             resource: 0,
         },
     ];
-    assert_eq!(run_sim(&steps, Mode::TIMING, ALL), Ok(()));
+    assert_eq!(run_sim(&steps, Mode::TIMING, &Invariant::ALL), Ok(()));
 }
 
 #[test]
 fn the_simulator_never_prints_a_token() {
-    use test_support::scenario::{RequestBook, SimWorld, Step};
+    use leasehold_sim::{RequestBook, SimWorld, Step};
     let mut world = SimWorld::new();
     let mut book = RequestBook::new();
     let step = Step::Acquire {

@@ -9,7 +9,6 @@
 
 pub mod cluster;
 pub mod proxy;
-pub mod scenario;
 pub mod sentinel;
 pub mod tls;
 

@@ -1,0 +1,243 @@
+//! One client's connection to a [`SimServer`]: the [`LeaseBackend`] port over the simulated
+//! server, with faults injected into its next calls and a log of every request it sent.
+//!
+//! On a manual world clock, every call completes on its first poll (a fault that takes time
+//! moves the clock instead of waiting); on a running one, it waits as a real connection would,
+//! with tokio's timers: a lost request or reply waits out the command timeout.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use leasehold::backend::{AcquireReply, Grant, ReleaseReply, RenewReply};
+use leasehold::{
+    Attempt, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseBackend,
+    LeaseRequest, MonotonicInstant, Purpose, ResourceDigest,
+};
+
+use crate::fault::Fault;
+use crate::keyspace::key_of;
+use crate::script::{Applied, Exact, WireOp};
+use crate::server::SimServer;
+use crate::state::Pending;
+use crate::units::millis;
+
+/// What a request sent by a [`SimBackend`] asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RequestKind {
+    /// An acquire.
+    Acquire,
+    /// A renewal.
+    Renew,
+    /// A release.
+    Release,
+    /// An inspection.
+    Inspect,
+}
+
+/// A request a [`SimBackend`] sent, for test oracles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SentRequest {
+    /// The world clock's reading when the request left the client (before any fault delayed
+    /// or lost it).
+    pub at: MonotonicInstant,
+    /// What it asked for.
+    pub kind: RequestKind,
+}
+
+/// One client's connection to a [`SimServer`], with injectable faults.
+#[derive(Debug)]
+pub struct SimBackend {
+    server: SimServer,
+    command_timeout: Duration,
+    faults: Mutex<VecDeque<Fault>>,
+    sent: Mutex<Vec<SentRequest>>,
+}
+
+impl SimBackend {
+    pub(crate) fn new(server: SimServer, command_timeout: Duration) -> Self {
+        Self {
+            server,
+            command_timeout,
+            faults: Mutex::new(VecDeque::new()),
+            sent: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Queues a fault for the next call.
+    pub fn inject(&self, fault: Fault) {
+        self.faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_back(fault);
+    }
+
+    /// Queues `fault` for each of the next `calls` calls.
+    pub fn inject_many(&self, fault: Fault, calls: usize) {
+        self.faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(std::iter::repeat_n(fault, calls));
+    }
+
+    /// Drops every queued fault that no call has taken yet.
+    pub fn clear_faults(&self) {
+        self.faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// Returns every request this backend sent, oldest first, whatever became of it.
+    pub fn sent(&self) -> Vec<SentRequest> {
+        self.sent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Returns the server.
+    pub fn server(&self) -> &SimServer {
+        &self.server
+    }
+
+    fn timed_out(&self) -> Failure {
+        Failure::Indeterminate(Indeterminate::new(
+            IndeterminateCause::ResponseTimeout,
+            "simulated timeout",
+        ))
+    }
+
+    /// Logs a request leaving the client and takes the fault for it, if one is queued.
+    fn depart(&self, kind: RequestKind) -> Option<Fault> {
+        self.sent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(SentRequest {
+                at: self.server.clock().now(),
+                kind,
+            });
+        self.faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front()
+    }
+
+    /// Sends `op` through the next fault, if any. On a manual world clock it never waits.
+    async fn send(&self, kind: RequestKind, op: WireOp) -> Result<Applied, Failure> {
+        let fault = self.depart(kind);
+        let server = &self.server;
+        let apply = || {
+            let mut state = server.lock();
+            if let Some(refused) = state.refusal(server.world_now()) {
+                return Err(refused);
+            }
+            let now_us = server.server_now_us(&state);
+            Ok(state.apply(&op, now_us, server.retry_after_fallback))
+        };
+        match fault {
+            None => apply(),
+            Some(Fault::LoseRequest) => {
+                server.pass(self.command_timeout).await;
+                Err(self.timed_out())
+            }
+            Some(Fault::LoseReply) => {
+                let _ = apply();
+                server.pass(self.command_timeout).await;
+                Err(self.timed_out())
+            }
+            Some(Fault::DelayRequest(d)) => {
+                server.pass(d.min(self.command_timeout)).await;
+                apply()
+            }
+            Some(Fault::DelayReply(d)) => {
+                let applied = apply();
+                server.pass(d.min(self.command_timeout)).await;
+                applied
+            }
+            Some(Fault::LateRequest(d)) => {
+                {
+                    let mut state = server.lock();
+                    let at = server.server_now(&state) + millis(d.max(self.command_timeout));
+                    state.pending.push(Pending {
+                        apply_at_ms: at,
+                        op: op.clone(),
+                    });
+                }
+                server.pass(self.command_timeout).await;
+                Err(self.timed_out())
+            }
+        }
+    }
+}
+
+fn exact(grant: &Grant) -> Exact {
+    (
+        grant.fence().get(),
+        grant.attempt().owner_token().expose_secret().to_owned(),
+        grant.attempt().operation().as_str().to_owned(),
+    )
+}
+
+impl LeaseBackend for SimBackend {
+    async fn acquire(&self, request: &LeaseRequest) -> AcquireReply {
+        let op = WireOp::Acquire {
+            key: key_of(request.purpose(), request.resource()),
+            token: request.attempt().owner_token().expose_secret().to_owned(),
+            operation: request.attempt().operation().as_str().to_owned(),
+            ttl_ms: millis(request.ttl()),
+        };
+        match self.send(RequestKind::Acquire, op).await {
+            Ok(Applied::Acquire(reply)) => reply,
+            Ok(_) => AcquireReply::Failed(self.timed_out()),
+            Err(failure) => AcquireReply::Failed(failure),
+        }
+    }
+
+    async fn renew(&self, grant: &Grant) -> RenewReply {
+        let op = WireOp::Renew {
+            key: key_of(grant.purpose(), grant.resource()),
+            exact: exact(grant),
+            ttl_ms: millis(grant.ttl()),
+        };
+        match self.send(RequestKind::Renew, op).await {
+            Ok(Applied::Renew(reply)) => reply,
+            Ok(_) => RenewReply::Failed(self.timed_out()),
+            Err(failure) => RenewReply::Failed(failure),
+        }
+    }
+
+    async fn release(&self, grant: &Grant) -> ReleaseReply {
+        let op = WireOp::Release {
+            key: key_of(grant.purpose(), grant.resource()),
+            exact: exact(grant),
+        };
+        match self.send(RequestKind::Release, op).await {
+            Ok(Applied::Release(reply)) => reply,
+            Ok(_) => ReleaseReply::Failed(self.timed_out()),
+            Err(failure) => ReleaseReply::Failed(failure),
+        }
+    }
+
+    async fn inspect(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        attempt: Option<&Attempt>,
+    ) -> InspectOutcome {
+        // Inspection changes nothing, so a lost reply is only an unknown answer.
+        match self.depart(RequestKind::Inspect) {
+            Some(Fault::LoseRequest | Fault::LoseReply | Fault::LateRequest(_)) => {
+                self.server.pass(self.command_timeout).await;
+                self.timed_out().into()
+            }
+            Some(Fault::DelayRequest(d) | Fault::DelayReply(d)) => {
+                self.server.pass(d.min(self.command_timeout)).await;
+                self.server.inspect_now(&key_of(purpose, resource), attempt)
+            }
+            None => self.server.inspect_now(&key_of(purpose, resource), attempt),
+        }
+    }
+}

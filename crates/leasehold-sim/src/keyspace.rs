@@ -1,0 +1,53 @@
+//! The server's keys: lease keys with their values and expiries, fence counters, and Redis's
+//! rule for when a key is gone.
+//!
+//! Keys are named as the adapter names them, without its namespace and key version:
+//! `<purpose>:{<digest>}` for the lease and the same with `:fence` for its counter. A lease's
+//! value is what the scripts store, `"<fence>:<token>:<operation>"`, kept here as its parts.
+
+use std::collections::BTreeMap;
+
+use leasehold::{Purpose, ResourceDigest};
+
+/// What the server stores for a lease: its fence, owner token and operation, and its expiry
+/// by the server's clock. No `Debug`: it holds an owner token.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Stored {
+    pub(crate) fence: u64,
+    pub(crate) token: String,
+    pub(crate) operation: String,
+    pub(crate) expires_at_ms: i64,
+}
+
+/// Every key on the server: lease keys and fence counters. Cloned whole for the snapshots a
+/// lossy failover goes back to.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(crate) struct Keyspace {
+    pub(crate) leases: BTreeMap<String, Stored>,
+    pub(crate) fences: BTreeMap<String, u64>,
+}
+
+/// The lease key of a resource.
+pub(crate) fn key_of(purpose: &Purpose, resource: &ResourceDigest) -> String {
+    format!("{purpose}:{{{resource}}}")
+}
+
+/// The fence counter's key beside `lease_key` (same hash tag, so same slot).
+pub(crate) fn fence_key(lease_key: &str) -> String {
+    format!("{lease_key}:fence")
+}
+
+impl Keyspace {
+    /// Returns the lease stored at `key` at `now` (server milliseconds), removing it if it
+    /// expired: Redis treats a key as gone once `now > expiry`, so a key whose PTTL reads 0
+    /// still exists for that millisecond.
+    pub(crate) fn live(&mut self, key: &str, now: i64) -> Option<Stored> {
+        match self.leases.get(key) {
+            Some(stored) if now > stored.expires_at_ms => {
+                self.leases.remove(key);
+                None
+            }
+            other => other.cloned(),
+        }
+    }
+}
