@@ -100,7 +100,7 @@ impl RedisBackend {
     ) -> FencedWrite {
         let key = self.keys().record_key(purpose, resource, name);
         let reply = self
-            .link
+            .link()
             .eval(&scripts::FENCED_WRITE, None, |cmd| {
                 cmd.arg(1).arg(&key).arg(fence.get()).arg(value);
             })

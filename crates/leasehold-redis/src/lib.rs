@@ -56,16 +56,10 @@
 )]
 #![forbid(unsafe_code)]
 
-use std::fmt;
-
 pub use leasehold;
 pub use redis;
 
-use leasehold::{
-    AcquireReply, Attempt, Failure, Grant, Indeterminate, IndeterminateCause, InspectOutcome,
-    LeaseBackend, LeaseClient, LeaseRequest, Purpose, ReleaseReply, RenewReply, ResourceDigest,
-};
-
+mod backend;
 mod classify;
 mod decode;
 mod error;
@@ -77,6 +71,7 @@ mod notices;
 mod scripts;
 pub mod settings;
 
+pub use backend::{RedisBackend, RedisLeases};
 pub use error::{Error, ErrorKind};
 pub use fenced::{FencedWrite, RecordName};
 pub use keys::KeyLayout;
@@ -86,35 +81,6 @@ pub use keys::KeyLayout;
 #[doc = include_str!("../../../README.md")]
 mod readme {}
 pub use settings::{RedisSettings, ReplicationGate};
-
-use link::Link;
-
-/// A lease client over Redis.
-pub type RedisLeases = LeaseClient<RedisBackend>;
-
-/// Leases on one Redis deployment: a standalone server ([`open`](Self::open)), a Cluster
-/// ([`open_cluster`](Self::open_cluster)) or a master found through Sentinel
-/// ([`open_sentinel`](Self::open_sentinel)).
-pub struct RedisBackend {
-    link: Link,
-    notices: notices::Notices,
-    keys: KeyLayout,
-    settings: RedisSettings,
-    endpoint: String,
-    /// Releases are announced with `SPUBLISH` (cluster) rather than `PUBLISH`.
-    sharded: bool,
-}
-
-impl fmt::Debug for RedisBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Only host and port: the connection info may hold credentials.
-        f.debug_struct("RedisBackend")
-            .field("endpoint", &self.endpoint)
-            .field("keys", &self.keys)
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
 
 impl RedisBackend {
     /// Makes a backend for the server at `url` (`redis://`, `rediss://` or `unix://`). No I/O:
@@ -135,7 +101,7 @@ impl RedisBackend {
             client,
             config: connection_config(&settings),
         };
-        Ok(Self::with(connector, notices, settings, endpoint))
+        Ok(Self::from_parts(connector, notices, settings, endpoint))
     }
 
     /// Makes a backend for the Redis Cluster reachable through `seeds` (one or more nodes'
@@ -186,7 +152,7 @@ impl RedisBackend {
         let notices =
             notices::Notices::new(notices::Source::Cluster(seeds), settings.connect_timeout());
         let connector = link::Connector::Cluster(client);
-        Ok(Self::with(connector, notices, settings, endpoint))
+        Ok(Self::from_parts(connector, notices, settings, endpoint))
     }
 
     /// Makes a backend for the master that the Sentinels at `sentinels` (their `redis://`
@@ -248,58 +214,7 @@ impl RedisBackend {
             sentinel,
             config: connection_config(&settings),
         };
-        Ok(Self::with(connector, notices, settings, endpoint))
-    }
-
-    fn with(
-        connector: link::Connector,
-        notices: notices::Notices,
-        settings: RedisSettings,
-        endpoint: String,
-    ) -> Self {
-        Self {
-            sharded: matches!(connector, link::Connector::Cluster(_)),
-            link: Link::new(
-                connector,
-                endpoint.clone(),
-                settings.connect_timeout(),
-                settings.max_in_flight(),
-            ),
-            notices,
-            keys: KeyLayout::new(&settings),
-            settings,
-            endpoint,
-        }
-    }
-
-    /// Returns a [`LeaseClient`] over this backend, with the boot-time clock.
-    pub fn into_client(self) -> RedisLeases {
-        LeaseClient::new(self)
-    }
-
-    /// Connects and loads the scripts (the four lease scripts and the fenced write), so that
-    /// every later operation is one round trip.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Unavailable`] or [`Error::Indeterminate`] if the server cannot be reached or
-    /// does not answer in time. Loading a script changes no lease, so either is harmless.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn warm_up(&self) -> Result<(), Error> {
-        self.link.load(&scripts::all()).await.map_err(Error::from)
-    }
-
-    /// Returns the settings.
-    pub fn settings(&self) -> &RedisSettings {
-        &self.settings
-    }
-
-    /// Returns the key layout.
-    pub fn keys(&self) -> &KeyLayout {
-        &self.keys
+        Ok(Self::from_parts(connector, notices, settings, endpoint))
     }
 }
 
@@ -351,195 +266,4 @@ fn connection_config(settings: &RedisSettings) -> redis::AsyncConnectionConfig {
 /// Describes a URL error without the URL, which may hold a password.
 fn invalid_url(err: &redis::RedisError) -> Error {
     Error::InvalidUrl(format!("{} (URL not shown)", err.category()))
-}
-
-/// Returns true if and only if no gate is set, or enough replicas confirmed.
-fn replicated(gate: Option<settings::ReplicationGate>, confirmed: Option<u32>) -> bool {
-    gate.is_none_or(|g| confirmed.unwrap_or(0) >= g.replicas())
-}
-
-/// A grant or renewal the primary applied that too few replicas confirmed: unknown, since a
-/// failover could still undo it.
-fn not_replicated(gate: Option<settings::ReplicationGate>, confirmed: Option<u32>) -> Failure {
-    let (wanted, within) = gate.map_or((0, std::time::Duration::ZERO), |g| {
-        (g.replicas(), g.timeout())
-    });
-    Failure::Indeterminate(Indeterminate::new(
-        IndeterminateCause::NotReplicated,
-        format!(
-            "{} of {wanted} replicas confirmed within {within:?}",
-            confirmed.unwrap_or(0)
-        ),
-    ))
-}
-
-/// Turns an undecodable reply into `Indeterminate`: the script may have run.
-fn unreadable(err: decode::UnexpectedReply) -> Failure {
-    Failure::Indeterminate(Indeterminate::new(
-        IndeterminateCause::UnexpectedReply,
-        err.to_string(),
-    ))
-}
-
-impl RedisBackend {
-    /// Runs `release.lua` for `attempt`'s grant with `fence`, or with whatever fence it
-    /// carries (`None`).
-    ///
-    /// The release of a grant goes by EVALSHA. The release of an attempt's grant whatever its
-    /// fence is the cleanup behind an unanswered acquire, and goes by EVAL with the script's
-    /// source: a stalled server may run it only after this client has gone, when a NOSCRIPT
-    /// would have nobody to load the script and send it again.
-    async fn release_script(
-        &self,
-        purpose: &Purpose,
-        resource: &ResourceDigest,
-        attempt: &Attempt,
-        fence: Option<leasehold::FenceToken>,
-    ) -> ReleaseReply {
-        let lease_key = self.keys.lease_key(purpose, resource);
-        let channel = self.keys.release_channel(purpose, resource);
-        let args = |cmd: &mut redis::Cmd| {
-            cmd.arg(2)
-                .arg(&lease_key)
-                .arg(&channel)
-                .arg(attempt.owner_token().expose_secret())
-                .arg(attempt.operation().as_str());
-            match fence {
-                Some(fence) => cmd.arg(fence.get()),
-                None => cmd.arg(""),
-            };
-            cmd.arg(if self.sharded { "1" } else { "0" });
-        };
-        let reply = match fence {
-            Some(_) => self.link.eval(&scripts::RELEASE, None, args).await,
-            None => self
-                .link
-                .eval_source(&scripts::RELEASE, args)
-                .await
-                .map(|value| (value, None)),
-        };
-        match reply {
-            Ok((value, _)) => {
-                decode::release(&value).unwrap_or_else(|e| ReleaseReply::Failed(unreadable(e)))
-            }
-            Err(failure) => ReleaseReply::Failed(failure),
-        }
-    }
-}
-
-impl LeaseBackend for RedisBackend {
-    async fn acquire(&self, request: &LeaseRequest) -> AcquireReply {
-        let lease_key = self.keys.lease_key(request.purpose(), request.resource());
-        let fence_key = self.keys.fence_key(request.purpose(), request.resource());
-        let attempt = request.attempt();
-        let gate = self.settings.replication();
-        let reply = self
-            .link
-            .eval(&scripts::ACQUIRE, gate, |cmd| {
-                cmd.arg(2)
-                    .arg(&lease_key)
-                    .arg(&fence_key)
-                    .arg(attempt.owner_token().expose_secret())
-                    .arg(attempt.operation().as_str())
-                    .arg(request.ttl_millis());
-            })
-            .await;
-        match reply {
-            Ok((value, confirmed)) => {
-                match decode::acquire(&value, self.settings.retry_after_fallback()) {
-                    Ok(AcquireReply::Granted(_) | AcquireReply::Replayed(_))
-                        if !replicated(gate, confirmed) =>
-                    {
-                        AcquireReply::Failed(not_replicated(gate, confirmed))
-                    }
-                    Ok(reply) => reply,
-                    Err(e) => AcquireReply::Failed(unreadable(e)),
-                }
-            }
-            Err(failure) => AcquireReply::Failed(failure),
-        }
-    }
-
-    async fn renew(&self, grant: &Grant) -> RenewReply {
-        let lease_key = self.keys.lease_key(grant.purpose(), grant.resource());
-        let attempt = grant.attempt();
-        let gate = self.settings.replication();
-        let reply = self
-            .link
-            .eval(&scripts::RENEW, gate, |cmd| {
-                cmd.arg(1)
-                    .arg(&lease_key)
-                    .arg(attempt.owner_token().expose_secret())
-                    .arg(attempt.operation().as_str())
-                    .arg(grant.fence().get())
-                    .arg(grant.ttl_millis());
-            })
-            .await;
-        match reply {
-            Ok((value, confirmed)) => match decode::renew(&value) {
-                // The key's TTL was extended on the primary only: a failover now could bring
-                // back the old, shorter TTL, so the extension is not proven.
-                Ok(RenewReply::Renewed { .. }) if !replicated(gate, confirmed) => {
-                    RenewReply::Failed(not_replicated(gate, confirmed))
-                }
-                Ok(reply) => reply,
-                Err(e) => RenewReply::Failed(unreadable(e)),
-            },
-            Err(failure) => RenewReply::Failed(failure),
-        }
-    }
-
-    async fn release(&self, grant: &Grant) -> ReleaseReply {
-        self.release_script(
-            grant.purpose(),
-            grant.resource(),
-            grant.attempt(),
-            Some(grant.fence()),
-        )
-        .await
-    }
-
-    async fn release_attempt(&self, request: &LeaseRequest) -> ReleaseReply {
-        // One script on the connection the acquires went on, behind them: a late grant is
-        // undone the moment it is made.
-        self.release_script(
-            request.purpose(),
-            request.resource(),
-            request.attempt(),
-            None,
-        )
-        .await
-    }
-
-    fn watch(&self, purpose: &Purpose, resource: &ResourceDigest) -> leasehold::ReleaseWatch {
-        self.notices
-            .watch(self.keys.release_channel(purpose, resource))
-    }
-
-    async fn inspect(
-        &self,
-        purpose: &Purpose,
-        resource: &ResourceDigest,
-        attempt: Option<&Attempt>,
-    ) -> InspectOutcome {
-        let lease_key = self.keys.lease_key(purpose, resource);
-        let fence_key = self.keys.fence_key(purpose, resource);
-        let (token, operation) = attempt.map_or(("", ""), |a| {
-            (a.owner_token().expose_secret(), a.operation().as_str())
-        });
-        let reply = self
-            .link
-            .eval(&scripts::INSPECT, None, |cmd| {
-                cmd.arg(2)
-                    .arg(&lease_key)
-                    .arg(&fence_key)
-                    .arg(token)
-                    .arg(operation);
-            })
-            .await;
-        match reply {
-            Ok((value, _)) => decode::inspect(&value).unwrap_or_else(|e| unreadable(e).into()),
-            Err(failure) => failure.into(),
-        }
-    }
 }
