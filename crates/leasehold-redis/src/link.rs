@@ -296,10 +296,8 @@ impl Link {
         evalsha.arg(script.sha());
         args(&mut evalsha);
         match self.send_script(&current, &evalsha, gate).await {
-            Ok(replied) => return Ok(replied),
             Err(Classified::NoScript) => {}
-            Err(Classified::NotApplied(u)) => return Err(Failure::Unavailable(u)),
-            Err(Classified::Unknown(i)) => return Err(Failure::Indeterminate(i)),
+            replied => return replied.map_err(Failure::from),
         }
         tracing::debug!(script = script.name, "NOSCRIPT: loading the script again");
         let mut load = redis::cmd("SCRIPT");
@@ -318,7 +316,6 @@ impl Link {
             )));
         }
         match self.send_script(&current, &evalsha, gate).await {
-            Ok(replied) => Ok(replied),
             Err(Classified::NoScript) => Err(Failure::Unavailable(Unavailable::new(
                 UnavailableCause::ScriptMissing,
                 format!(
@@ -326,8 +323,7 @@ impl Link {
                     script.name
                 ),
             ))),
-            Err(Classified::NotApplied(u)) => Err(Failure::Unavailable(u)),
-            Err(Classified::Unknown(i)) => Err(Failure::Indeterminate(i)),
+            replied => replied.map_err(Failure::from),
         }
     }
 
@@ -349,14 +345,12 @@ impl Link {
         eval.arg(script.source);
         args(&mut eval);
         match self.send(&current, &eval).await {
-            Ok(value) => Ok(value),
-            Err(Classified::NotApplied(u)) => Err(Failure::Unavailable(u)),
-            Err(Classified::Unknown(i)) => Err(Failure::Indeterminate(i)),
             // EVAL carries its source: NOSCRIPT cannot come back, and if it did, nothing ran.
             Err(Classified::NoScript) => Err(Failure::Unavailable(Unavailable::new(
                 UnavailableCause::ScriptMissing,
                 format!("NOSCRIPT for EVAL of the {} script", script.name),
             ))),
+            sent => sent.map_err(Failure::from),
         }
     }
 
@@ -366,17 +360,7 @@ impl Link {
         for script in scripts {
             let mut load = redis::cmd("SCRIPT");
             load.arg("LOAD").arg(script.source);
-            match self.send(&current, &load).await {
-                Ok(_) => {}
-                Err(Classified::NotApplied(u)) => return Err(Failure::Unavailable(u)),
-                Err(Classified::Unknown(i)) => return Err(Failure::Indeterminate(i)),
-                Err(Classified::NoScript) => {
-                    return Err(Failure::Unavailable(Unavailable::new(
-                        UnavailableCause::ScriptMissing,
-                        "NOSCRIPT on SCRIPT LOAD",
-                    )));
-                }
-            }
+            self.send(&current, &load).await.map_err(Failure::from)?;
         }
         Ok(())
     }
