@@ -125,7 +125,7 @@ fn not_replicated(gate: Option<settings::ReplicationGate>, confirmed: Option<u32
 }
 
 /// Turns an undecodable reply into `Indeterminate`: the script may have run.
-fn unreadable(err: decode::UnexpectedReply) -> Failure {
+pub(crate) fn unreadable(err: decode::UnexpectedReply) -> Failure {
     Failure::Indeterminate(Indeterminate::new(
         IndeterminateCause::UnexpectedReply,
         err.to_string(),
