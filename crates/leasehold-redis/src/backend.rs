@@ -1,9 +1,9 @@
 //! [`RedisBackend`]: what a backend holds, and its implementation of the
 //! [`LeaseBackend`] port.
 //!
-//! Every port operation is one script run through the [`Link`] (EVALSHA, with `WAIT` behind
-//! it when the settings gate grants on replication), and its reply decoded into the port's
-//! typed answer. A grant or renewal the primary applied but too few replicas confirmed is
+//! Every port operation fills in one script's typed call (`scripts/`), runs it through the
+//! [`Link`] (EVALSHA, with `WAIT` behind it when the settings gate grants on replication) and
+//! decodes its reply into the port's typed answer. A grant or renewal the primary applied but too few replicas confirmed is
 //! reported `Indeterminate`, never as done. The constructors, one per topology, are in
 //! `topology.rs`.
 
@@ -15,8 +15,9 @@ use leasehold::{
 };
 
 use crate::link::{self, Link};
+use crate::scripts::{self, AcquireCall, InspectCall, ReleaseCall, RenewCall};
 use crate::settings::{self, RedisSettings};
-use crate::{Error, KeyLayout, decode, notices, scripts};
+use crate::{Error, KeyLayout, decode, notices};
 
 /// A lease client over Redis.
 pub type RedisLeases = LeaseClient<RedisBackend>;
@@ -147,31 +148,25 @@ impl RedisBackend {
         attempt: &Attempt,
         fence: Option<leasehold::FenceToken>,
     ) -> ReleaseReply {
-        let lease_key = self.keys.lease_key(purpose, resource);
-        let channel = self.keys.release_channel(purpose, resource);
-        let args = |cmd: &mut redis::Cmd| {
-            cmd.arg(2)
-                .arg(&lease_key)
-                .arg(&channel)
-                .arg(attempt.owner_token().expose_secret())
-                .arg(attempt.operation().as_str());
-            match fence {
-                Some(fence) => cmd.arg(fence.get()),
-                None => cmd.arg(""),
-            };
-            cmd.arg(if self.sharded { "1" } else { "0" });
+        let call = ReleaseCall {
+            lease_key: self.keys.lease_key(purpose, resource),
+            release_channel: self.keys.release_channel(purpose, resource),
+            owner_token: attempt.owner_token().expose_secret(),
+            operation_id: attempt.operation().as_str(),
+            fence,
+            sharded: self.sharded,
         };
         let reply = match fence {
-            Some(_) => self.link.eval(&scripts::RELEASE, None, args).await,
+            Some(_) => self.link.eval(&call, None).await,
             None => self
                 .link
-                .eval_source(&scripts::RELEASE, args)
+                .eval_source(&call)
                 .await
                 .map(|value| (value, None)),
         };
         match reply {
             Ok((value, _)) => {
-                decode::release(&value).unwrap_or_else(|e| ReleaseReply::Failed(unreadable(e)))
+                ReleaseCall::decode(&value).unwrap_or_else(|e| ReleaseReply::Failed(unreadable(e)))
             }
             Err(failure) => ReleaseReply::Failed(failure),
         }
@@ -180,24 +175,19 @@ impl RedisBackend {
 
 impl LeaseBackend for RedisBackend {
     async fn acquire(&self, request: &LeaseRequest) -> AcquireReply {
-        let lease_key = self.keys.lease_key(request.purpose(), request.resource());
-        let fence_key = self.keys.fence_key(request.purpose(), request.resource());
         let attempt = request.attempt();
+        let call = AcquireCall {
+            lease_key: self.keys.lease_key(request.purpose(), request.resource()),
+            fence_counter_key: self.keys.fence_key(request.purpose(), request.resource()),
+            owner_token: attempt.owner_token().expose_secret(),
+            operation_id: attempt.operation().as_str(),
+            ttl_in_milliseconds: request.ttl_millis(),
+        };
         let gate = self.settings.replication();
-        let reply = self
-            .link
-            .eval(&scripts::ACQUIRE, gate, |cmd| {
-                cmd.arg(2)
-                    .arg(&lease_key)
-                    .arg(&fence_key)
-                    .arg(attempt.owner_token().expose_secret())
-                    .arg(attempt.operation().as_str())
-                    .arg(request.ttl_millis());
-            })
-            .await;
+        let reply = self.link.eval(&call, gate).await;
         match reply {
             Ok((value, confirmed)) => {
-                match decode::acquire(&value, self.settings.retry_after_fallback()) {
+                match AcquireCall::decode(&value, self.settings.retry_after_fallback()) {
                     Ok(AcquireReply::Granted(_) | AcquireReply::Replayed(_))
                         if !replicated(gate, confirmed) =>
                     {
@@ -212,22 +202,18 @@ impl LeaseBackend for RedisBackend {
     }
 
     async fn renew(&self, grant: &Grant) -> RenewReply {
-        let lease_key = self.keys.lease_key(grant.purpose(), grant.resource());
         let attempt = grant.attempt();
+        let call = RenewCall {
+            lease_key: self.keys.lease_key(grant.purpose(), grant.resource()),
+            owner_token: attempt.owner_token().expose_secret(),
+            operation_id: attempt.operation().as_str(),
+            fence: grant.fence(),
+            ttl_in_milliseconds: grant.ttl_millis(),
+        };
         let gate = self.settings.replication();
-        let reply = self
-            .link
-            .eval(&scripts::RENEW, gate, |cmd| {
-                cmd.arg(1)
-                    .arg(&lease_key)
-                    .arg(attempt.owner_token().expose_secret())
-                    .arg(attempt.operation().as_str())
-                    .arg(grant.fence().get())
-                    .arg(grant.ttl_millis());
-            })
-            .await;
+        let reply = self.link.eval(&call, gate).await;
         match reply {
-            Ok((value, confirmed)) => match decode::renew(&value) {
+            Ok((value, confirmed)) => match RenewCall::decode(&value) {
                 // The key's TTL was extended on the primary only: a failover now could bring
                 // back the old, shorter TTL, so the extension is not proven.
                 Ok(RenewReply::Renewed { .. }) if !replicated(gate, confirmed) => {
@@ -273,23 +259,19 @@ impl LeaseBackend for RedisBackend {
         resource: &ResourceDigest,
         attempt: Option<&Attempt>,
     ) -> InspectOutcome {
-        let lease_key = self.keys.lease_key(purpose, resource);
-        let fence_key = self.keys.fence_key(purpose, resource);
-        let (token, operation) = attempt.map_or(("", ""), |a| {
+        // Without an attempt, both are "": the script then only tells free from held.
+        let (owner_token, operation_id) = attempt.map_or(("", ""), |a| {
             (a.owner_token().expose_secret(), a.operation().as_str())
         });
-        let reply = self
-            .link
-            .eval(&scripts::INSPECT, None, |cmd| {
-                cmd.arg(2)
-                    .arg(&lease_key)
-                    .arg(&fence_key)
-                    .arg(token)
-                    .arg(operation);
-            })
-            .await;
+        let call = InspectCall {
+            lease_key: self.keys.lease_key(purpose, resource),
+            fence_counter_key: self.keys.fence_key(purpose, resource),
+            owner_token,
+            operation_id,
+        };
+        let reply = self.link.eval(&call, None).await;
         match reply {
-            Ok((value, _)) => decode::inspect(&value).unwrap_or_else(|e| unreadable(e).into()),
+            Ok((value, _)) => InspectCall::decode(&value).unwrap_or_else(|e| unreadable(e).into()),
             Err(failure) => failure.into(),
         }
     }

@@ -10,8 +10,9 @@ use std::fmt;
 
 use leasehold::{Error, ErrorKind, Failure, FenceToken, Purpose, ResourceDigest};
 
+use crate::RedisBackend;
 use crate::backend::unreadable;
-use crate::{RedisBackend, decode, scripts};
+use crate::scripts::FencedWriteCall;
 
 /// The longest record name, in bytes.
 pub const MAX_RECORD_NAME_LEN: usize = 64;
@@ -96,17 +97,15 @@ impl RedisBackend {
         fence: FenceToken,
         value: &[u8],
     ) -> FencedWrite {
-        let key = self.keys().record_key(purpose, resource, name);
-        let reply = self
-            .link()
-            .eval(&scripts::FENCED_WRITE, None, |cmd| {
-                cmd.arg(1).arg(&key).arg(fence.get()).arg(value);
-            })
-            .await;
+        let call = FencedWriteCall {
+            record_key: self.keys().record_key(purpose, resource, name),
+            fence,
+            value,
+        };
+        let reply = self.link().eval(&call, None).await;
         match reply {
-            Ok((value, _)) => {
-                decode::fenced_write(&value).unwrap_or_else(|e| FencedWrite::Failed(unreadable(e)))
-            }
+            Ok((value, _)) => FencedWriteCall::decode(&value)
+                .unwrap_or_else(|e| FencedWrite::Failed(unreadable(e))),
             Err(failure) => FencedWrite::Failed(failure),
         }
     }

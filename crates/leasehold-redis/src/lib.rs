@@ -47,9 +47,10 @@
 //! - [`settings`]: timeouts, limits, namespace;
 //! - [`Error`]: what can go wrong while setting a backend up (`error.rs`);
 //! - internal: `topology` makes a backend for each topology (standalone, Sentinel, Cluster,
-//!   TLS); `backend` implements the port; `link` owns the connection and the EVALSHA path;
-//!   `notices` runs release notices (one subscriber per backend); `classify` maps Redis
-//!   errors, `decode` reads replies and `eviction` checks the server's eviction policy.
+//!   TLS); `backend` implements the port; `scripts` holds one typed call per script, its
+//!   KEYS and ARGV written once; `link` owns the connection and the EVALSHA path; `notices`
+//!   runs release notices (one subscriber per backend); `classify` maps Redis errors,
+//!   `decode` reads replies and `eviction` checks the server's eviction policy.
 
 #![warn(
     missing_docs,
