@@ -7,7 +7,7 @@
 -- ARGV[2]  operation id
 -- ARGV[3]  fence (decimal), or "" for whatever fence this attempt's grant carries (the
 --          cleanup after an acquire whose reply was lost)
--- ARGV[4]  "1" to announce with SPUBLISH (sharded pub/sub, Cluster), else PUBLISH
+-- ARGV[4]  sharded   "1" to announce with SPUBLISH (sharded pub/sub, Cluster), else PUBLISH
 --
 -- Deletes only the exact grant "<fence>:<owner token>:<operation id>". The fence counter is
 -- never deleted. After a release the fence is published on the release channel, so that

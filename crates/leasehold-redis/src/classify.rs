@@ -6,7 +6,7 @@
 //! process (a timeout, a dropped connection, an error raised inside a script, a reply we cannot
 //! read) is `Indeterminate`, because the script may have run.
 
-use leasehold::{Indeterminate, IndeterminateCause, Unavailable, UnavailableCause};
+use leasehold::{Failure, Indeterminate, IndeterminateCause, Unavailable, UnavailableCause};
 use redis::RedisError;
 
 /// What a failed command means.
@@ -18,6 +18,25 @@ pub(crate) enum Classified {
     NotApplied(Unavailable),
     /// May have been applied.
     Unknown(Indeterminate),
+}
+
+impl From<Classified> for Failure {
+    /// What a failed command means to the caller once nothing more will be tried.
+    ///
+    /// A NOSCRIPT becomes `Unavailable` (`ScriptMissing`): it proves the script did not run.
+    /// The EVALSHA path answers its first NOSCRIPT by loading the script and sending again
+    /// before it ever gets here, and the steps that know more about a NOSCRIPT than this
+    /// (after a load, for an EVAL) say so in their own detail.
+    fn from(classified: Classified) -> Self {
+        match classified {
+            Classified::NotApplied(u) => Failure::Unavailable(u),
+            Classified::Unknown(i) => Failure::Indeterminate(i),
+            Classified::NoScript => Failure::Unavailable(Unavailable::new(
+                UnavailableCause::ScriptMissing,
+                "NOSCRIPT: the script is not in the server's script cache",
+            )),
+        }
+    }
 }
 
 /// Server error codes that Redis returns *before* executing a command.
@@ -168,6 +187,25 @@ mod tests {
                 Classified::Unknown(i) => assert_eq!(i.cause, cause, "{kind:?}"),
                 other => panic!("{kind:?}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn classified_failures_keep_their_meaning() {
+        let refused = Unavailable::new(UnavailableCause::ReadOnly, "READONLY");
+        assert_eq!(
+            Failure::from(Classified::NotApplied(refused.clone())),
+            Failure::Unavailable(refused)
+        );
+        let unknown = Indeterminate::new(IndeterminateCause::ResponseTimeout, "timed out");
+        assert_eq!(
+            Failure::from(Classified::Unknown(unknown.clone())),
+            Failure::Indeterminate(unknown)
+        );
+        // NOSCRIPT proves the script did not run: never Indeterminate.
+        match Failure::from(Classified::NoScript) {
+            Failure::Unavailable(u) => assert_eq!(u.cause, UnavailableCause::ScriptMissing),
+            other => panic!("{other:?}"),
         }
     }
 

@@ -1,7 +1,9 @@
 //! Reply decoding: every script reply shape, and a typed error for anything else.
 //!
 //! Nothing here panics on any reply. A reply that does not fit is an error the caller turns
-//! into `Indeterminate`, because the script may well have run.
+//! into `Indeterminate`, because the script may well have run. An error describes the reply's
+//! shape only, never its contents: a reply that is not what the script promises could hold
+//! anything, a stored token or the value of a fenced write included.
 
 use std::time::Duration;
 
@@ -11,6 +13,8 @@ use leasehold::{
     Unavailable, UnavailableCause, UnusableKey,
 };
 use redis::Value;
+
+use crate::fenced::FencedWrite;
 
 /// A reply that does not have the shape the script's header promises.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -189,9 +193,27 @@ pub(crate) fn inspect(value: &Value) -> Result<InspectOutcome, UnexpectedReply> 
     }
 }
 
+/// Decodes a `fenced_write.lua` reply: `{1, fence}`, `{0, current}` or `{-2, what}`.
+///
+/// The writer's value is never in a well-formed reply, and an error names the reply's shape
+/// only, so nothing here can repeat what was written.
+pub(crate) fn fenced_write(value: &Value) -> Result<FencedWrite, UnexpectedReply> {
+    let bad = || unexpected("fenced_write", value);
+    let items = items(value).ok_or_else(bad)?;
+    match int(items.first()).ok_or_else(bad)? {
+        1 => Ok(FencedWrite::Written),
+        0 => fence(items.get(1))
+            .map(|current| FencedWrite::Stale { current })
+            .ok_or_else(bad),
+        -2 => unusable(items).map(FencedWrite::Failed).ok_or_else(bad),
+        _ => Err(bad()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn arr(items: Vec<Value>) -> Value {
         Value::Array(items)
@@ -348,6 +370,125 @@ mod tests {
                 assert_eq!(view, LeaseView::new(None, None, None));
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn fenced_write_replies_decode_and_garbage_is_an_error_not_a_panic() {
+        assert_eq!(
+            fenced_write(&arr(vec![Value::Int(1), bulk("7")])),
+            Ok(FencedWrite::Written)
+        );
+        assert_eq!(
+            fenced_write(&arr(vec![Value::Int(0), bulk("9223372036854775807")])),
+            Ok(FencedWrite::Stale {
+                current: FenceToken::MAX
+            })
+        );
+        assert!(matches!(
+            fenced_write(&arr(vec![Value::Int(-2), bulk("record-type")])),
+            Ok(FencedWrite::Failed(Failure::Unavailable(u)))
+                if u.cause == UnavailableCause::UnusableKey(UnusableKey::RecordWrongType)
+        ));
+        for garbage in [
+            Value::Nil,
+            arr(vec![]),
+            arr(vec![Value::Int(0), bulk("x")]),
+            arr(vec![Value::Int(0), bulk("0")]),
+            arr(vec![Value::Int(0), bulk("+5")]),
+            arr(vec![Value::Int(0), bulk("-1")]),
+            arr(vec![Value::Int(0), bulk("9223372036854775808")]),
+            arr(vec![Value::Int(-2), bulk("something")]),
+            arr(vec![Value::Int(2), bulk("1")]),
+        ] {
+            assert!(fenced_write(&garbage).is_err(), "{garbage:?}");
+        }
+    }
+
+    /// Whatever the server sends back, even the written value itself where a fence or a
+    /// status belongs, neither the decoded outcome nor the error prints that value.
+    #[test]
+    fn fenced_write_errors_never_show_the_written_value() {
+        const VALUE: &str = "card=4111-1111-1111-1111";
+        let written = || bulk(VALUE);
+        let replies = [
+            written(),
+            Value::SimpleString(VALUE.to_owned()),
+            arr(vec![written()]),
+            arr(vec![written(), Value::Int(1)]),
+            arr(vec![Value::Int(1), written()]),
+            arr(vec![Value::Int(0), written()]),
+            arr(vec![Value::Int(-2), written()]),
+            arr(vec![Value::Int(7), written()]),
+            arr(vec![Value::Int(0), arr(vec![written()])]),
+            arr(vec![arr(vec![Value::Int(1), written()])]),
+        ];
+        for reply in &replies {
+            let decoded = fenced_write(reply);
+            let shown = format!("{decoded:?}");
+            assert!(!shown.contains(VALUE), "{shown}");
+            if let Err(e) = decoded {
+                let shown = format!("{e} / {e:?}");
+                assert!(!shown.contains(VALUE), "{shown}");
+                assert!(shown.contains("fenced_write"), "{shown}");
+            }
+        }
+    }
+
+    /// What the property test plants in replies as the fenced write's value.
+    const PLANTED: &str = "planted-value-0f7c";
+
+    /// Any reply a server could send, biased towards the shapes the scripts use (an array
+    /// that opens with a small status), so that every arm is reached, nested a few levels.
+    fn any_reply() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Nil),
+            Just(Value::Okay),
+            any::<i64>().prop_map(Value::Int),
+            (-3i64..4).prop_map(Value::Int),
+            prop::collection::vec(any::<u8>(), 0..24).prop_map(Value::BulkString),
+            "[0-9+-]{0,21}".prop_map(|s| Value::BulkString(s.into_bytes())),
+            prop::sample::select(vec![
+                "lease-type",
+                "counter-type",
+                "counter-value",
+                "fence-range",
+                "record-type",
+                "0123456789abcdef",
+                PLANTED,
+            ])
+            .prop_map(bulk),
+            ".{0,12}".prop_map(Value::SimpleString),
+            any::<f64>().prop_map(Value::Double),
+            any::<bool>().prop_map(Value::Boolean),
+        ];
+        leaf.prop_recursive(3, 32, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                ((-3i64..4), prop::collection::vec(inner, 0..5)).prop_map(|(status, rest)| {
+                    let mut items = vec![Value::Int(status)];
+                    items.extend(rest);
+                    Value::Array(items)
+                }),
+            ]
+        })
+    }
+
+    proptest! {
+        /// No reply makes a decoder panic, and none makes the fenced-write decoder show the
+        /// value it may carry.
+        #[test]
+        fn no_reply_makes_a_decoder_panic(reply in any_reply()) {
+            let _ = acquire(&reply, FALLBACK);
+            let _ = renew(&reply);
+            let _ = release(&reply);
+            let _ = inspect(&reply);
+            let decoded = fenced_write(&reply);
+            let shown = match &decoded {
+                Ok(outcome) => format!("{outcome:?}"),
+                Err(e) => format!("{e} / {e:?}"),
+            };
+            prop_assert!(!shown.contains(PLANTED), "{}", shown);
         }
     }
 }

@@ -8,12 +8,11 @@
 
 use std::fmt;
 
-use leasehold::{
-    Error, ErrorKind, Failure, FenceToken, Indeterminate, IndeterminateCause, Purpose,
-    ResourceDigest,
-};
+use leasehold::{Error, ErrorKind, Failure, FenceToken, Purpose, ResourceDigest};
 
-use crate::{RedisBackend, scripts};
+use crate::RedisBackend;
+use crate::backend::unreadable;
+use crate::scripts::FencedWriteCall;
 
 /// The longest record name, in bytes.
 pub const MAX_RECORD_NAME_LEN: usize = 64;
@@ -98,48 +97,23 @@ impl RedisBackend {
         fence: FenceToken,
         value: &[u8],
     ) -> FencedWrite {
-        let key = self.keys().record_key(purpose, resource, name);
-        let reply = self
-            .link
-            .eval(&scripts::FENCED_WRITE, None, |cmd| {
-                cmd.arg(1).arg(&key).arg(fence.get()).arg(value);
-            })
-            .await;
+        let call = FencedWriteCall {
+            record_key: self.keys().record_key(purpose, resource, name),
+            fence,
+            value,
+        };
+        let reply = self.link().eval(&call, None).await;
         match reply {
-            Ok((value, _)) => decode(&value).unwrap_or_else(|detail| {
-                FencedWrite::Failed(Failure::Indeterminate(Indeterminate::new(
-                    IndeterminateCause::UnexpectedReply,
-                    detail,
-                )))
-            }),
+            Ok((value, _)) => FencedWriteCall::decode(&value)
+                .unwrap_or_else(|e| FencedWrite::Failed(unreadable(e))),
             Err(failure) => FencedWrite::Failed(failure),
         }
-    }
-}
-
-/// Decodes a `fenced_write.lua` reply: `{1, fence}`, `{0, current}` or `{-2, what}`. An
-/// error names the reply's shape only: it never repeats what was written.
-fn decode(value: &redis::Value) -> Result<FencedWrite, String> {
-    let bad = || "unexpected fenced_write reply".to_owned();
-    let redis::Value::Array(items) = value else {
-        return Err(bad());
-    };
-    match items.first() {
-        Some(redis::Value::Int(1)) => Ok(FencedWrite::Written),
-        Some(redis::Value::Int(0)) => crate::decode::fence(items.get(1))
-            .map(|current| FencedWrite::Stale { current })
-            .ok_or_else(bad),
-        Some(redis::Value::Int(-2)) => crate::decode::unusable(items)
-            .map(FencedWrite::Failed)
-            .ok_or_else(bad),
-        _ => Err(bad()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redis::Value;
 
     #[test]
     fn names_are_validated_before_any_io() {
@@ -154,43 +128,5 @@ mod tests {
             RecordName::new("orders.v2-1_x").unwrap().as_str(),
             "orders.v2-1_x"
         );
-    }
-
-    #[test]
-    fn replies_decode_and_garbage_is_an_error_not_a_panic() {
-        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        assert_eq!(
-            decode(&Value::Array(vec![Value::Int(1), bulk("7")])),
-            Ok(FencedWrite::Written)
-        );
-        assert_eq!(
-            decode(&Value::Array(vec![
-                Value::Int(0),
-                bulk("9223372036854775807")
-            ])),
-            Ok(FencedWrite::Stale {
-                current: FenceToken::MAX
-            })
-        );
-        assert!(matches!(
-            decode(&Value::Array(vec![Value::Int(-2), bulk("record-type")])),
-            Ok(FencedWrite::Failed(leasehold::Failure::Unavailable(u)))
-                if u.cause == leasehold::UnavailableCause::UnusableKey(
-                    leasehold::UnusableKey::RecordWrongType
-                )
-        ));
-        for garbage in [
-            Value::Nil,
-            Value::Array(vec![]),
-            Value::Array(vec![Value::Int(0), bulk("x")]),
-            Value::Array(vec![Value::Int(0), bulk("0")]),
-            Value::Array(vec![Value::Int(0), bulk("+5")]),
-            Value::Array(vec![Value::Int(0), bulk("-1")]),
-            Value::Array(vec![Value::Int(0), bulk("9223372036854775808")]),
-            Value::Array(vec![Value::Int(-2), bulk("something")]),
-            Value::Array(vec![Value::Int(2), bulk("1")]),
-        ] {
-            assert!(decode(&garbage).is_err(), "{garbage:?}");
-        }
     }
 }

@@ -29,7 +29,7 @@ use redis::{AsyncConnectionConfig, Cmd, RedisResult, Value};
 use tokio::sync::Semaphore;
 
 use crate::classify::{self, Classified};
-use crate::scripts::LeaseScript;
+use crate::scripts::{LeaseScript, ScriptCall};
 use crate::settings::ReplicationGate;
 
 /// Makes connections: to one server, or to a cluster.
@@ -274,17 +274,15 @@ impl Link {
         classified
     }
 
-    /// Runs `script` by EVALSHA with `args` appended (numkeys, keys, then arguments), then
-    /// `WAIT` when `gate` is given. On NOSCRIPT only, loads the script and retries once:
-    /// NOSCRIPT proves it did not run. Returns the reply and, when gated, the number of
-    /// replicas that confirmed it.
+    /// Runs `call` by EVALSHA, then `WAIT` when `gate` is given. On NOSCRIPT only, loads the
+    /// script and retries once: NOSCRIPT proves it did not run. Returns the reply and, when
+    /// gated, the number of replicas that confirmed it.
     ///
     /// After warm-up this is exactly one round trip.
-    pub(crate) async fn eval(
+    pub(crate) async fn eval<C: ScriptCall>(
         &self,
-        script: &LeaseScript,
+        call: &C,
         gate: Option<ReplicationGate>,
-        args: impl Fn(&mut Cmd),
     ) -> Result<(Value, Option<u32>), Failure> {
         // The in-flight limit is checked before anything else, so Overloaded never sends.
         let _permit = self
@@ -292,14 +290,11 @@ impl Link {
             .try_acquire()
             .map_err(|_| Failure::Overloaded)?;
         let current = self.connection().await.map_err(Failure::Unavailable)?;
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha.arg(script.sha());
-        args(&mut evalsha);
+        let script = C::script();
+        let evalsha = call.evalsha();
         match self.send_script(&current, &evalsha, gate).await {
-            Ok(replied) => return Ok(replied),
             Err(Classified::NoScript) => {}
-            Err(Classified::NotApplied(u)) => return Err(Failure::Unavailable(u)),
-            Err(Classified::Unknown(i)) => return Err(Failure::Indeterminate(i)),
+            replied => return replied.map_err(Failure::from),
         }
         tracing::debug!(script = script.name, "NOSCRIPT: loading the script again");
         let mut load = redis::cmd("SCRIPT");
@@ -318,7 +313,6 @@ impl Link {
             )));
         }
         match self.send_script(&current, &evalsha, gate).await {
-            Ok(replied) => Ok(replied),
             Err(Classified::NoScript) => Err(Failure::Unavailable(Unavailable::new(
                 UnavailableCause::ScriptMissing,
                 format!(
@@ -326,37 +320,29 @@ impl Link {
                     script.name
                 ),
             ))),
-            Err(Classified::NotApplied(u)) => Err(Failure::Unavailable(u)),
-            Err(Classified::Unknown(i)) => Err(Failure::Indeterminate(i)),
+            replied => replied.map_err(Failure::from),
         }
     }
 
-    /// Runs `script` by `EVAL` with its whole source, never by SHA: for a command that must
-    /// work even when nobody will be there to answer a NOSCRIPT (the cleanup sent behind an
-    /// unanswered acquire, which a stalled server may only run after the client has gone).
+    /// Runs `call` by `EVAL` with its script's whole source, never by SHA: for a command that
+    /// must work even when nobody will be there to answer a NOSCRIPT (the cleanup sent behind
+    /// an unanswered acquire, which a stalled server may only run after the client has gone).
     /// One round trip, no retry.
-    pub(crate) async fn eval_source(
-        &self,
-        script: &LeaseScript,
-        args: impl Fn(&mut Cmd),
-    ) -> Result<Value, Failure> {
+    pub(crate) async fn eval_source<C: ScriptCall>(&self, call: &C) -> Result<Value, Failure> {
         let _permit = self
             .in_flight
             .try_acquire()
             .map_err(|_| Failure::Overloaded)?;
         let current = self.connection().await.map_err(Failure::Unavailable)?;
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(script.source);
-        args(&mut eval);
+        let script = C::script();
+        let eval = call.eval();
         match self.send(&current, &eval).await {
-            Ok(value) => Ok(value),
-            Err(Classified::NotApplied(u)) => Err(Failure::Unavailable(u)),
-            Err(Classified::Unknown(i)) => Err(Failure::Indeterminate(i)),
             // EVAL carries its source: NOSCRIPT cannot come back, and if it did, nothing ran.
             Err(Classified::NoScript) => Err(Failure::Unavailable(Unavailable::new(
                 UnavailableCause::ScriptMissing,
                 format!("NOSCRIPT for EVAL of the {} script", script.name),
             ))),
+            sent => sent.map_err(Failure::from),
         }
     }
 
@@ -366,17 +352,7 @@ impl Link {
         for script in scripts {
             let mut load = redis::cmd("SCRIPT");
             load.arg("LOAD").arg(script.source);
-            match self.send(&current, &load).await {
-                Ok(_) => {}
-                Err(Classified::NotApplied(u)) => return Err(Failure::Unavailable(u)),
-                Err(Classified::Unknown(i)) => return Err(Failure::Indeterminate(i)),
-                Err(Classified::NoScript) => {
-                    return Err(Failure::Unavailable(Unavailable::new(
-                        UnavailableCause::ScriptMissing,
-                        "NOSCRIPT on SCRIPT LOAD",
-                    )));
-                }
-            }
+            self.send(&current, &load).await.map_err(Failure::from)?;
         }
         Ok(())
     }

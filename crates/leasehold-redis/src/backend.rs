@@ -1,0 +1,283 @@
+//! [`RedisBackend`]: what a backend holds, and its implementation of the
+//! [`LeaseBackend`] port.
+//!
+//! Every port operation fills in one script's typed call (`scripts/`), runs it through the
+//! [`Link`] (EVALSHA, with `WAIT` behind it when the settings gate grants on replication) and
+//! decodes its reply into the port's typed answer. A grant or renewal the primary applied but too few replicas confirmed is
+//! reported `Indeterminate`, never as done. The constructors, one per topology, are in
+//! `topology.rs`.
+
+use std::fmt;
+
+use leasehold::backend::{AcquireReply, Grant, ReleaseReply, RenewReply};
+use leasehold::{
+    Attempt, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseBackend, LeaseClient,
+    LeaseRequest, Purpose, ResourceDigest,
+};
+
+use crate::link::{self, Link};
+use crate::scripts::{self, AcquireCall, InspectCall, ReleaseCall, RenewCall};
+use crate::settings::{self, RedisSettings};
+use crate::{Error, KeyLayout, decode, notices};
+
+/// A lease client over Redis.
+pub type RedisLeases = LeaseClient<RedisBackend>;
+
+/// Leases on one Redis deployment: a standalone server ([`open`](Self::open)), a Cluster
+/// ([`open_cluster`](Self::open_cluster)) or a master found through Sentinel
+/// ([`open_sentinel`](Self::open_sentinel)).
+pub struct RedisBackend {
+    link: Link,
+    notices: notices::Notices,
+    keys: KeyLayout,
+    settings: RedisSettings,
+    endpoint: String,
+    /// Releases are announced with `SPUBLISH` (cluster) rather than `PUBLISH`.
+    sharded: bool,
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Only host and port: the connection info may hold credentials.
+        f.debug_struct("RedisBackend")
+            .field("endpoint", &self.endpoint)
+            .field("keys", &self.keys)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBackend {
+    /// Assembles a backend from what a topology's constructor made. No I/O.
+    pub(crate) fn from_parts(
+        connector: link::Connector,
+        notices: notices::Notices,
+        settings: RedisSettings,
+        endpoint: String,
+    ) -> Self {
+        Self {
+            sharded: matches!(connector, link::Connector::Cluster(_)),
+            link: Link::new(
+                connector,
+                endpoint.clone(),
+                settings.connect_timeout(),
+                settings.max_in_flight(),
+            ),
+            notices,
+            keys: KeyLayout::new(&settings),
+            settings,
+            endpoint,
+        }
+    }
+
+    /// Returns a [`LeaseClient`] over this backend, with the boot-time clock.
+    pub fn into_client(self) -> RedisLeases {
+        LeaseClient::new(self)
+    }
+
+    /// Connects and loads the scripts (the four lease scripts and the fenced write), so that
+    /// every later operation is one round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] or [`Error::Indeterminate`] if the server cannot be reached or
+    /// does not answer in time. Loading a script changes no lease, so either is harmless.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn warm_up(&self) -> Result<(), Error> {
+        self.link.load(&scripts::all()).await.map_err(Error::from)
+    }
+
+    /// Returns the settings.
+    pub fn settings(&self) -> &RedisSettings {
+        &self.settings
+    }
+
+    /// Returns the key layout.
+    pub fn keys(&self) -> &KeyLayout {
+        &self.keys
+    }
+
+    /// Returns the connection the scripts run on.
+    pub(crate) fn link(&self) -> &Link {
+        &self.link
+    }
+}
+
+/// Returns true if and only if no gate is set, or enough replicas confirmed.
+fn replicated(gate: Option<settings::ReplicationGate>, confirmed: Option<u32>) -> bool {
+    gate.is_none_or(|g| confirmed.unwrap_or(0) >= g.replicas())
+}
+
+/// A grant or renewal the primary applied that too few replicas confirmed: unknown, since a
+/// failover could still undo it.
+fn not_replicated(gate: Option<settings::ReplicationGate>, confirmed: Option<u32>) -> Failure {
+    let (wanted, within) = gate.map_or((0, std::time::Duration::ZERO), |g| {
+        (g.replicas(), g.timeout())
+    });
+    Failure::Indeterminate(Indeterminate::new(
+        IndeterminateCause::NotReplicated,
+        format!(
+            "{} of {wanted} replicas confirmed within {within:?}",
+            confirmed.unwrap_or(0)
+        ),
+    ))
+}
+
+/// Turns an undecodable reply into `Indeterminate`: the script may have run.
+pub(crate) fn unreadable(err: decode::UnexpectedReply) -> Failure {
+    Failure::Indeterminate(Indeterminate::new(
+        IndeterminateCause::UnexpectedReply,
+        err.to_string(),
+    ))
+}
+
+impl RedisBackend {
+    /// Runs `release.lua` for `attempt`'s grant with `fence`, or with whatever fence it
+    /// carries (`None`).
+    ///
+    /// The release of a grant goes by EVALSHA. The release of an attempt's grant whatever its
+    /// fence is the cleanup behind an unanswered acquire, and goes by EVAL with the script's
+    /// source: a stalled server may run it only after this client has gone, when a NOSCRIPT
+    /// would have nobody to load the script and send it again.
+    async fn release_script(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        attempt: &Attempt,
+        fence: Option<leasehold::FenceToken>,
+    ) -> ReleaseReply {
+        let call = ReleaseCall {
+            lease_key: self.keys.lease_key(purpose, resource),
+            release_channel: self.keys.release_channel(purpose, resource),
+            owner_token: attempt.owner_token().expose_secret(),
+            operation_id: attempt.operation().as_str(),
+            fence,
+            sharded: self.sharded,
+        };
+        let reply = match fence {
+            Some(_) => self.link.eval(&call, None).await,
+            None => self
+                .link
+                .eval_source(&call)
+                .await
+                .map(|value| (value, None)),
+        };
+        match reply {
+            Ok((value, _)) => {
+                ReleaseCall::decode(&value).unwrap_or_else(|e| ReleaseReply::Failed(unreadable(e)))
+            }
+            Err(failure) => ReleaseReply::Failed(failure),
+        }
+    }
+}
+
+impl LeaseBackend for RedisBackend {
+    async fn acquire(&self, request: &LeaseRequest) -> AcquireReply {
+        let attempt = request.attempt();
+        let call = AcquireCall {
+            lease_key: self.keys.lease_key(request.purpose(), request.resource()),
+            fence_counter_key: self.keys.fence_key(request.purpose(), request.resource()),
+            owner_token: attempt.owner_token().expose_secret(),
+            operation_id: attempt.operation().as_str(),
+            ttl_in_milliseconds: request.ttl_millis(),
+        };
+        let gate = self.settings.replication();
+        let reply = self.link.eval(&call, gate).await;
+        match reply {
+            Ok((value, confirmed)) => {
+                match AcquireCall::decode(&value, self.settings.retry_after_fallback()) {
+                    Ok(AcquireReply::Granted(_) | AcquireReply::Replayed(_))
+                        if !replicated(gate, confirmed) =>
+                    {
+                        AcquireReply::Failed(not_replicated(gate, confirmed))
+                    }
+                    Ok(reply) => reply,
+                    Err(e) => AcquireReply::Failed(unreadable(e)),
+                }
+            }
+            Err(failure) => AcquireReply::Failed(failure),
+        }
+    }
+
+    async fn renew(&self, grant: &Grant) -> RenewReply {
+        let attempt = grant.attempt();
+        let call = RenewCall {
+            lease_key: self.keys.lease_key(grant.purpose(), grant.resource()),
+            owner_token: attempt.owner_token().expose_secret(),
+            operation_id: attempt.operation().as_str(),
+            fence: grant.fence(),
+            ttl_in_milliseconds: grant.ttl_millis(),
+        };
+        let gate = self.settings.replication();
+        let reply = self.link.eval(&call, gate).await;
+        match reply {
+            Ok((value, confirmed)) => match RenewCall::decode(&value) {
+                // The key's TTL was extended on the primary only: a failover now could bring
+                // back the old, shorter TTL, so the extension is not proven.
+                Ok(RenewReply::Renewed { .. }) if !replicated(gate, confirmed) => {
+                    RenewReply::Failed(not_replicated(gate, confirmed))
+                }
+                Ok(reply) => reply,
+                Err(e) => RenewReply::Failed(unreadable(e)),
+            },
+            Err(failure) => RenewReply::Failed(failure),
+        }
+    }
+
+    async fn release(&self, grant: &Grant) -> ReleaseReply {
+        self.release_script(
+            grant.purpose(),
+            grant.resource(),
+            grant.attempt(),
+            Some(grant.fence()),
+        )
+        .await
+    }
+
+    async fn release_attempt(&self, request: &LeaseRequest) -> ReleaseReply {
+        // One script on the connection the acquires went on, behind them: a late grant is
+        // undone the moment it is made.
+        self.release_script(
+            request.purpose(),
+            request.resource(),
+            request.attempt(),
+            None,
+        )
+        .await
+    }
+
+    fn watch(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+    ) -> leasehold::backend::ReleaseWatch {
+        self.notices
+            .watch(self.keys.release_channel(purpose, resource))
+    }
+
+    async fn inspect(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        attempt: Option<&Attempt>,
+    ) -> InspectOutcome {
+        // Without an attempt, both are "": the script then only tells free from held.
+        let (owner_token, operation_id) = attempt.map_or(("", ""), |a| {
+            (a.owner_token().expose_secret(), a.operation().as_str())
+        });
+        let call = InspectCall {
+            lease_key: self.keys.lease_key(purpose, resource),
+            fence_counter_key: self.keys.fence_key(purpose, resource),
+            owner_token,
+            operation_id,
+        };
+        let reply = self.link.eval(&call, None).await;
+        match reply {
+            Ok((value, _)) => InspectCall::decode(&value).unwrap_or_else(|e| unreadable(e).into()),
+            Err(failure) => failure.into(),
+        }
+    }
+}

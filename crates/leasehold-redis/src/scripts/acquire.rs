@@ -1,0 +1,26 @@
+//! The call of `lua/acquire.lua`.
+
+use std::time::Duration;
+
+use leasehold::backend::AcquireReply;
+use redis::Value;
+
+use crate::decode::{self, UnexpectedReply};
+
+script_call! {
+    /// Grants the lease to an attempt, replays the attempt's grant, or says who holds it.
+    struct AcquireCall<'a> runs "acquire" {
+        KEYS { lease_key, fence_counter_key }
+        ARGV { owner_token: &'a str, operation_id: &'a str, ttl_in_milliseconds: u64 }
+    }
+}
+
+impl AcquireCall<'_> {
+    /// Decodes the script's reply; a holder's key without a TTL gets `retry_after_fallback`.
+    pub(crate) fn decode(
+        value: &Value,
+        retry_after_fallback: Duration,
+    ) -> Result<AcquireReply, UnexpectedReply> {
+        decode::acquire(value, retry_after_fallback)
+    }
+}

@@ -1,0 +1,376 @@
+//! The scripts in `lua/`, loaded once, and one typed call per script.
+//!
+//! A script's contract (its KEYS and ARGV, in order) is written twice: in Lua, in the header
+//! that opens the script, and in Rust, as the fields of the script's call struct, declared
+//! once with `script_call!`. The macro turns that one field list into the invocation
+//! (numkeys, every key, then one argument per field, in declaration order), so no other code
+//! counts arguments, and into the field names a unit test checks against the header: the same
+//! count, the same order, the same names. Each call also names its reply decoder in
+//! `decode.rs`.
+//!
+//! A call holds the owner token and, for a fenced write, the caller's data: it has no `Debug`,
+//! so that neither can end up in a log.
+
+use leasehold::FenceToken;
+use redis::Cmd;
+
+/// A lease script: its source and SHA-1 (what EVALSHA names it by).
+#[derive(Debug)]
+pub(crate) struct LeaseScript {
+    pub(crate) name: &'static str,
+    pub(crate) script: redis::Script,
+    pub(crate) source: &'static str,
+}
+
+impl LeaseScript {
+    fn new(name: &'static str, source: &'static str) -> Self {
+        Self {
+            name,
+            script: redis::Script::new(source),
+            source,
+        }
+    }
+
+    /// Returns the script's SHA-1 in hex.
+    pub(crate) fn sha(&self) -> &str {
+        self.script.get_hash()
+    }
+}
+
+/// One run of one script, with its keys and arguments.
+pub(crate) trait ScriptCall {
+    /// The keys' field names, in KEYS order.
+    const KEYS: &'static [&'static str];
+    /// The arguments' field names, in ARGV order.
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "read by the test that checks each script's header"
+        )
+    )]
+    const ARGV: &'static [&'static str];
+
+    /// Returns the script this call runs, loaded once.
+    fn script() -> &'static LeaseScript;
+
+    /// Appends numkeys, the keys and the arguments, in the header's order.
+    fn push_args(&self, cmd: &mut Cmd);
+
+    /// Returns the `EVALSHA` that runs this call.
+    fn evalsha(&self) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(Self::script().sha());
+        self.push_args(&mut cmd);
+        cmd
+    }
+
+    /// Returns the `EVAL` that runs this call with the script's whole source.
+    fn eval(&self) -> Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(Self::script().source);
+        self.push_args(&mut cmd);
+        cmd
+    }
+}
+
+/// A value that is exactly one ARGV entry, in the encoding the scripts expect.
+///
+/// Only the types the scripts take have one. redis-rs's `ToRedisArgs` is not used instead: it
+/// writes nothing for `None`, and a missing argument would shift every later one.
+pub(crate) trait ScriptArg {
+    /// Appends this value as one argument.
+    fn push_to(&self, cmd: &mut Cmd);
+}
+
+impl ScriptArg for &str {
+    fn push_to(&self, cmd: &mut Cmd) {
+        cmd.arg(*self);
+    }
+}
+
+impl ScriptArg for &[u8] {
+    fn push_to(&self, cmd: &mut Cmd) {
+        cmd.arg(*self);
+    }
+}
+
+impl ScriptArg for u64 {
+    fn push_to(&self, cmd: &mut Cmd) {
+        cmd.arg(*self);
+    }
+}
+
+/// A fence, in decimal.
+impl ScriptArg for FenceToken {
+    fn push_to(&self, cmd: &mut Cmd) {
+        cmd.arg(self.get());
+    }
+}
+
+/// A fence, or `""` for "whatever fence the grant carries" (`release.lua`'s cleanup).
+impl ScriptArg for Option<FenceToken> {
+    fn push_to(&self, cmd: &mut Cmd) {
+        match self {
+            Some(fence) => cmd.arg(fence.get()),
+            None => cmd.arg(""),
+        };
+    }
+}
+
+/// A flag, as `"1"` or `"0"`.
+impl ScriptArg for bool {
+    fn push_to(&self, cmd: &mut Cmd) {
+        cmd.arg(if *self { "1" } else { "0" });
+    }
+}
+
+/// Declares the call struct of `lua/<file>.lua`: its keys (owned strings) and arguments, in
+/// the header's order and named as the header names them, and its [`ScriptCall`] impl.
+macro_rules! script_call {
+    (
+        $(#[$doc:meta])*
+        struct $name:ident<$lt:lifetime> runs $file:literal {
+            KEYS { $($key:ident),+ $(,)? }
+            ARGV { $($arg:ident: $ty:ty),+ $(,)? }
+        }
+    ) => {
+        $(#[$doc])*
+        pub(crate) struct $name<$lt> {
+            $(pub(crate) $key: String,)+
+            $(pub(crate) $arg: $ty,)+
+        }
+
+        impl $crate::scripts::ScriptCall for $name<'_> {
+            const KEYS: &'static [&'static str] = &[$(stringify!($key)),+];
+            const ARGV: &'static [&'static str] = &[$(stringify!($arg)),+];
+
+            fn script() -> &'static $crate::scripts::LeaseScript {
+                static SCRIPT: std::sync::LazyLock<$crate::scripts::LeaseScript> =
+                    std::sync::LazyLock::new(|| {
+                        $crate::scripts::LeaseScript::new(
+                            $file,
+                            include_str!(concat!("../../lua/", $file, ".lua")),
+                        )
+                    });
+                &SCRIPT
+            }
+
+            fn push_args(&self, cmd: &mut redis::Cmd) {
+                cmd.arg(Self::KEYS.len());
+                $(cmd.arg(&self.$key);)+
+                $($crate::scripts::ScriptArg::push_to(&self.$arg, cmd);)+
+            }
+        }
+    };
+}
+
+mod acquire;
+mod fenced_write;
+mod inspect;
+mod release;
+mod renew;
+
+pub(crate) use acquire::AcquireCall;
+pub(crate) use fenced_write::FencedWriteCall;
+pub(crate) use inspect::InspectCall;
+pub(crate) use release::ReleaseCall;
+pub(crate) use renew::RenewCall;
+
+/// Every script, for warm-up: the four lease scripts, then the fenced write.
+pub(crate) fn all() -> [&'static LeaseScript; 5] {
+    [
+        AcquireCall::script(),
+        RenewCall::script(),
+        ReleaseCall::script(),
+        InspectCall::script(),
+        FencedWriteCall::script(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `-- KEYS[n]` (or `-- ARGV[n]`) lines of a script's header, as (n, description).
+    fn header(source: &str, table: &str) -> Vec<(usize, String)> {
+        let open = format!("{table}[");
+        source
+            .lines()
+            .take_while(|line| line.starts_with("--") || line.starts_with("#!"))
+            .filter_map(|line| {
+                let entry = line
+                    .trim_start_matches('-')
+                    .trim_start()
+                    .strip_prefix(&open)?;
+                let (index, description) = entry.split_once(']')?;
+                Some((index.parse().ok()?, description.trim().to_owned()))
+            })
+            .collect()
+    }
+
+    /// The indices `table[n]` the script's code (not its header) reads.
+    fn used(source: &str, table: &str) -> Vec<usize> {
+        let code: String = source
+            .lines()
+            .skip_while(|line| line.starts_with("--") || line.starts_with("#!"))
+            .map(|line| line.split("--").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let open = format!("{table}[");
+        let mut used: Vec<usize> = code
+            .match_indices(&open)
+            .filter_map(|(at, _)| {
+                let rest = &code[at + open.len()..];
+                rest[..rest.find(']')?].parse().ok()
+            })
+            .collect();
+        used.sort_unstable();
+        used.dedup();
+        used
+    }
+
+    /// Tells how `source`'s header for `table` differs from a call's `fields`, if it does: it
+    /// must list exactly those entries, in order, each description opening with the field's
+    /// name (`fence_counter_key` names "fence counter key …"), and the code must read exactly
+    /// the entries the header lists.
+    fn mismatch(source: &str, table: &str, fields: &[&str]) -> Option<String> {
+        let entries = header(source, table);
+        let listed: Vec<usize> = entries.iter().map(|(n, _)| *n).collect();
+        let expected: Vec<usize> = (1..=fields.len()).collect();
+        if listed != expected {
+            return Some(format!(
+                "the header lists {table} {listed:?}, the call has {fields:?}"
+            ));
+        }
+        for ((n, description), field) in entries.iter().zip(fields) {
+            let name = field.replace('_', " ");
+            let lowercase = description.to_lowercase();
+            let names_it = lowercase
+                .strip_prefix(&name)
+                .is_some_and(|rest| !rest.starts_with(|c: char| c.is_alphanumeric() || c == '_'));
+            if !names_it {
+                return Some(format!(
+                    "{table}[{n}] is {description:?}, but the call's field {n} is `{field}`"
+                ));
+            }
+        }
+        let read = used(source, table);
+        if read != expected {
+            return Some(format!(
+                "the code reads {table} {read:?}, the header lists {expected:?}"
+            ));
+        }
+        None
+    }
+
+    fn check<C: ScriptCall>() {
+        let script = C::script();
+        for (table, fields) in [("KEYS", C::KEYS), ("ARGV", C::ARGV)] {
+            if let Some(mismatch) = mismatch(script.source, table, fields) {
+                panic!("lua/{}.lua: {mismatch}", script.name);
+            }
+        }
+    }
+
+    #[test]
+    fn each_header_lists_its_calls_keys_and_arguments_in_order() {
+        check::<AcquireCall<'_>>();
+        check::<RenewCall<'_>>();
+        check::<ReleaseCall<'_>>();
+        check::<InspectCall<'_>>();
+        check::<FencedWriteCall<'_>>();
+    }
+
+    /// The check tells a header that drifted from its call: swapped, missing, unnamed or
+    /// unread entries, and code that reads an entry the header does not list.
+    #[test]
+    fn a_header_that_drifted_is_caught() {
+        let good = "#!lua\n-- KEYS[1]  lease key\n-- ARGV[1]  owner token   Base64URL\n\
+                    -- ARGV[2]  operation id\n--          (continued)\n\
+                    return {KEYS[1], ARGV[1], ARGV[2]} -- not ARGV[3]";
+        let fields = ["owner_token", "operation_id"];
+        assert_eq!(mismatch(good, "KEYS", &["lease_key"]), None);
+        assert_eq!(mismatch(good, "ARGV", &fields), None);
+        assert!(mismatch(good, "ARGV", &["operation_id", "owner_token"]).is_some());
+        assert!(mismatch(good, "ARGV", &["owner_token"]).is_some());
+        assert!(mismatch(good, "ARGV", &["owner_token", "operation_id", "ttl"]).is_some());
+        assert!(mismatch(good, "ARGV", &["owner_id", "operation_id"]).is_some());
+        assert!(mismatch(good, "KEYS", &["lease_key", "fence_counter_key"]).is_some());
+        let unnamed = good.replace("ARGV[2]  operation id", "ARGV[2]  \"\" or an id");
+        assert!(mismatch(&unnamed, "ARGV", &fields).is_some());
+        let reads_more = good.replace("ARGV[2]}", "ARGV[2], ARGV[3]}");
+        assert!(mismatch(&reads_more, "ARGV", &fields).is_some());
+        let reads_less = good.replace(", ARGV[2]}", "}");
+        assert!(mismatch(&reads_less, "ARGV", &fields).is_some());
+    }
+
+    #[test]
+    fn every_script_in_lua_has_a_call_and_is_warmed_up() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .expect("lua/")
+            .map(|entry| {
+                entry
+                    .expect("lua/ entry")
+                    .file_name()
+                    .into_string()
+                    .expect("name")
+            })
+            .filter(|name| name.ends_with(".lua"))
+            .collect();
+        files.sort();
+        let mut warmed: Vec<String> = all().iter().map(|s| format!("{}.lua", s.name)).collect();
+        warmed.sort();
+        assert_eq!(files, warmed);
+        for script in all() {
+            let on_disk = std::fs::read_to_string(format!("{dir}/{}.lua", script.name))
+                .expect("script source");
+            assert_eq!(script.source, on_disk, "{}", script.name);
+        }
+    }
+
+    /// The words of a command, as sent.
+    fn words(cmd: &Cmd) -> Vec<Vec<u8>> {
+        cmd.args_iter()
+            .filter_map(|arg| match arg {
+                redis::Arg::Simple(bytes) => Some(bytes.to_vec()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_invocation_is_numkeys_keys_then_arguments() {
+        let release = ReleaseCall {
+            lease_key: "lk".to_owned(),
+            release_channel: "ch".to_owned(),
+            owner_token: "tok",
+            operation_id: "op",
+            fence: None,
+            sharded: true,
+        };
+        let eval = words(&release.eval());
+        assert_eq!(
+            eval[..2],
+            [b"EVAL".to_vec(), ReleaseCall::script().source.into()]
+        );
+        let sent: [&[u8]; 7] = [b"2", b"lk", b"ch", b"tok", b"op", b"", b"1"];
+        assert_eq!(eval[2..], sent.map(<[u8]>::to_vec));
+
+        let renew = RenewCall {
+            lease_key: "lk".to_owned(),
+            owner_token: "tok",
+            operation_id: "op",
+            fence: FenceToken::MAX,
+            ttl_in_milliseconds: 1500,
+        };
+        let evalsha = words(&renew.evalsha());
+        assert_eq!(
+            evalsha[..2],
+            [b"EVALSHA".to_vec(), RenewCall::script().sha().into()]
+        );
+        let sent: [&[u8]; 6] = [b"1", b"lk", b"tok", b"op", b"9223372036854775807", b"1500"];
+        assert_eq!(evalsha[2..], sent.map(<[u8]>::to_vec));
+    }
+}

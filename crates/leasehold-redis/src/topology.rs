@@ -1,0 +1,197 @@
+//! Making a [`RedisBackend`] for each topology: a standalone server (TCP, TLS or a Unix
+//! socket), a master found through Sentinel, or a Cluster.
+//!
+//! No constructor does I/O: each checks its URLs, builds the redis-rs client, the connector the
+//! scripts will run through and the release-notice subscriber for that topology, and leaves
+//! the first connection to the first command (or to [`RedisBackend::warm_up`]). A URL is never
+//! repeated in an error, since it may hold a password.
+
+use crate::link;
+use crate::notices;
+use crate::{Error, RedisBackend, RedisSettings};
+
+impl RedisBackend {
+    /// Makes a backend for the server at `url` (`redis://`, `rediss://` or `unix://`). No I/O:
+    /// the connection is made by the first command, or by [`warm_up`](Self::warm_up).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`] if `url` cannot be parsed; [`Error::Unsupported`] for `rediss://`
+    /// without the `tls` feature.
+    pub fn open(url: &str, settings: RedisSettings) -> Result<Self, Error> {
+        let client = standalone_client(url, &settings)?;
+        let endpoint = client.get_connection_info().addr().to_string();
+        let notices = notices::Notices::new(
+            notices::Source::Single(Box::new(client.clone())),
+            settings.connect_timeout(),
+        );
+        let connector = link::Connector::Single {
+            client,
+            config: connection_config(&settings),
+        };
+        Ok(Self::from_parts(connector, notices, settings, endpoint))
+    }
+
+    /// Makes a backend for the Redis Cluster reachable through `seeds` (one or more nodes'
+    /// `redis://` or `rediss://` URLs; the rest of the cluster is discovered). No I/O.
+    ///
+    /// Each script runs on the node that owns the lease's slot; the lease, its fence counter
+    /// and its release channel share that slot (the digest is a hash tag). Releases are
+    /// announced with sharded pub/sub (`SPUBLISH`, Redis 7 or later), so a release is one
+    /// message on one node, not a broadcast over the cluster bus. Commands are not retried by
+    /// the cluster client: a redirect (`MOVED`, `ASK`) during resharding is `Unavailable`
+    /// (`Redirected`) and the next try goes to the new owner.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`] if there is no seed or one cannot be parsed;
+    /// [`Error::Unsupported`] if `settings` has a replication gate.
+    pub fn open_cluster<S: AsRef<str>>(
+        seeds: &[S],
+        settings: RedisSettings,
+    ) -> Result<Self, Error> {
+        let seeds = seeds
+            .iter()
+            .map(|url| redis::IntoConnectionInfo::into_connection_info(url.as_ref()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid_url(&e))?;
+        if seeds.is_empty() {
+            return Err(Error::InvalidUrl(
+                "a cluster needs at least one seed".into(),
+            ));
+        }
+        if settings.replication().is_some() {
+            // WAIT has no key, so the cluster client would not send it to the script's node.
+            return Err(Error::Unsupported(
+                "a replication gate (WAIT) on a cluster backend".into(),
+            ));
+        }
+        let endpoint = seeds
+            .iter()
+            .map(|s| s.addr().to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let client = redis::cluster::ClusterClientBuilder::new(seeds.clone())
+            .retries(0)
+            .response_timeout(settings.command_timeout())
+            .connection_timeout(settings.connect_timeout())
+            .build()
+            .map_err(|e| invalid_url(&e))?;
+        let notices =
+            notices::Notices::new(notices::Source::Cluster(seeds), settings.connect_timeout());
+        let connector = link::Connector::Cluster(client);
+        Ok(Self::from_parts(connector, notices, settings, endpoint))
+    }
+
+    /// Makes a backend for the master that the Sentinels at `sentinels` (their `redis://`
+    /// URLs) name for `service`. No I/O.
+    ///
+    /// Every new connection asks the Sentinels for the current master (and checks with `ROLE`
+    /// that it agrees). A connection is dropped after it is lost, after a `READONLY` reply (a
+    /// demoted master) or after a response timeout (a stalled one), so the command after a
+    /// failover reaches the new master. `node` carries the master's credentials or TLS
+    /// settings when they differ from none; the Sentinels' own go in their URLs.
+    ///
+    /// A failover can lose the writes the old master had not yet replicated: a lease may then
+    /// be granted twice and a fence issued twice. See the README.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`] if there is no Sentinel or a URL cannot be parsed.
+    pub fn open_sentinel<S: AsRef<str>>(
+        sentinels: &[S],
+        service: &str,
+        node: Option<redis::sentinel::SentinelNodeConnectionInfo>,
+        settings: RedisSettings,
+    ) -> Result<Self, Error> {
+        let infos = sentinels
+            .iter()
+            .map(|url| redis::IntoConnectionInfo::into_connection_info(url.as_ref()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid_url(&e))?;
+        if infos.is_empty() {
+            return Err(Error::InvalidUrl(
+                "Sentinel needs at least one address".into(),
+            ));
+        }
+        let endpoint = format!(
+            "sentinel:{}@{}",
+            service,
+            infos
+                .iter()
+                .map(|s| s.addr().to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        // `build` takes a `String` without redis's `tls-rustls` feature and `impl AsRef<str>`
+        // with it; an owned `String` suits both.
+        #[allow(clippy::unnecessary_to_owned)]
+        let client = redis::sentinel::SentinelClient::build(
+            infos,
+            service.to_owned(),
+            node,
+            redis::sentinel::SentinelServerType::Master,
+        )
+        .map_err(|e| invalid_url(&e))?;
+        let sentinel = std::sync::Arc::new(tokio::sync::Mutex::new(client));
+        let notices = notices::Notices::new(
+            notices::Source::Sentinel(std::sync::Arc::clone(&sentinel)),
+            settings.connect_timeout(),
+        );
+        let connector = link::Connector::Sentinel {
+            sentinel,
+            config: connection_config(&settings),
+        };
+        Ok(Self::from_parts(connector, notices, settings, endpoint))
+    }
+}
+
+/// Makes the redis-rs client for `url`, with the settings' TLS roots when it is `rediss://`.
+fn standalone_client(url: &str, settings: &RedisSettings) -> Result<redis::Client, Error> {
+    let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| invalid_url(&e))?;
+    let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+    if !tls {
+        return redis::Client::open(info).map_err(|e| invalid_url(&e));
+    }
+    tls_client(info, settings)
+}
+
+#[cfg(feature = "tls")]
+fn tls_client(
+    info: redis::ConnectionInfo,
+    settings: &RedisSettings,
+) -> Result<redis::Client, Error> {
+    // rustls needs a process-wide crypto provider; ring is the one compiled in. An error only
+    // means one was installed already, which serves as well.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match settings.tls_root_certificates() {
+        None => redis::Client::open(info),
+        Some(pem) => redis::Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.to_vec()),
+            },
+        ),
+    }
+    .map_err(|e| invalid_url(&e))
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_client(_: redis::ConnectionInfo, _: &RedisSettings) -> Result<redis::Client, Error> {
+    Err(Error::Unsupported(
+        "rediss:// needs leasehold-redis's `tls` feature".into(),
+    ))
+}
+
+/// The timeouts of a standalone or Sentinel-found connection.
+fn connection_config(settings: &RedisSettings) -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(settings.command_timeout()))
+        .set_connection_timeout(Some(settings.connect_timeout()))
+}
+
+/// Describes a URL error without the URL, which may hold a password.
+fn invalid_url(err: &redis::RedisError) -> Error {
+    Error::InvalidUrl(format!("{} (URL not shown)", err.category()))
+}
