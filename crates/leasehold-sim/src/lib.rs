@@ -74,7 +74,9 @@
 //! - [`signature`]: what a step did, independent of timing, and comparing runs by fence order;
 //! - [`sim_world`]: the simulated world, and the steps that act on the server;
 //! - [`invariant`]: the invariants, and the violations that report a broken one;
-//! - [`checker`]: the invariant checker.
+//! - [`checker`]: the invariant checker;
+//! - [`scripted`]: a backend that models nothing and answers each call as the test scripted
+//!   it ([`Scripted`]), for tests of the port's own logic.
 
 #![warn(
     missing_docs,
@@ -94,6 +96,7 @@ pub mod oracle;
 pub mod request_book;
 pub mod scenario;
 mod script;
+pub mod scripted;
 pub mod server;
 pub mod signature;
 pub mod sim_world;
@@ -110,6 +113,7 @@ pub use invariant::{Evidence, Invariant, Violation};
 pub use oracle::{NonOwnerSuccess, StoredGrant};
 pub use request_book::RequestBook;
 pub use scenario::Mode;
+pub use scripted::{Call, Op, Scripted};
 pub use server::SimServer;
 pub use signature::{Signature, by_rank};
 pub use sim_world::SimWorld;

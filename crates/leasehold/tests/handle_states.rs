@@ -1,64 +1,15 @@
 //! Every edge of the handle's transition table, against a scripted backend and a manual clock.
 
-use std::collections::VecDeque;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use leasehold::backend::{AcquireReply, Grant, GrantReply, ReleaseReply, RenewReply};
+use leasehold::backend::{AcquireReply, GrantReply, ReleaseReply, RenewReply};
 use leasehold::{
-    AcquireOutcome, Attempt, Clock, Failure, FenceToken, Guarantee, Indeterminate,
-    IndeterminateCause, InspectOutcome, LeaseBackend, LeaseClient, LeaseHandle, LeaseRequest,
-    LeaseState, LossCause, ManualClock, OperationId, Purpose, ReleaseOutcome, RenewOutcome,
-    ResourceDigest, Unavailable, UnavailableCause,
+    AcquireOutcome, Clock, Failure, FenceToken, Guarantee, Indeterminate, IndeterminateCause,
+    InspectOutcome, LeaseClient, LeaseHandle, LeaseRequest, LeaseState, LossCause, ManualClock,
+    OperationId, Purpose, ReleaseOutcome, RenewOutcome, ResourceDigest, Unavailable,
+    UnavailableCause,
 };
-
-/// A backend that answers from queues and moves the clock by a round-trip time on each call.
-#[derive(Debug, Default)]
-struct Scripted {
-    clock: ManualClock,
-    rtt: Duration,
-    acquire: Mutex<VecDeque<AcquireReply>>,
-    renew: Mutex<VecDeque<RenewReply>>,
-    release: Mutex<VecDeque<ReleaseReply>>,
-    calls: AtomicUsize,
-}
-
-impl Scripted {
-    fn answer<T>(&self, queue: &Mutex<VecDeque<T>>) -> T {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.clock.advance(self.rtt);
-        queue
-            .lock()
-            .unwrap()
-            .pop_front()
-            .expect("the test did not script this call")
-    }
-
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-}
-
-impl LeaseBackend for Scripted {
-    async fn acquire(&self, _: &LeaseRequest) -> AcquireReply {
-        self.answer(&self.acquire)
-    }
-    async fn renew(&self, _: &Grant) -> RenewReply {
-        self.answer(&self.renew)
-    }
-    async fn release(&self, _: &Grant) -> ReleaseReply {
-        self.answer(&self.release)
-    }
-    async fn inspect(
-        &self,
-        _: &Purpose,
-        _: &ResourceDigest,
-        _: Option<&Attempt>,
-    ) -> InspectOutcome {
-        InspectOutcome::Free
-    }
-}
+use leasehold_sim::Scripted;
 
 const TTL: Duration = Duration::from_secs(2);
 // Default drift for a 2 s TTL: 10 ms + 1 % = 30 ms.
@@ -77,13 +28,12 @@ fn unavailable() -> Failure {
     Failure::Unavailable(Unavailable::new(UnavailableCause::ConnectionRefused, "r"))
 }
 
+/// A client over a backend that answers only what each test scripts, and moves the clock by a
+/// round-trip time on each call.
 fn client() -> (LeaseClient<Scripted>, ManualClock) {
     let clock = ManualClock::new();
-    let backend = Scripted {
-        clock: clock.clone(),
-        rtt: RTT,
-        ..Scripted::default()
-    };
+    let backend = Scripted::new().round_trip(clock.clone(), RTT);
+    backend.inspect_always(InspectOutcome::Free);
     (LeaseClient::new(backend).with_clock(clock.clone()), clock)
 }
 
@@ -100,7 +50,7 @@ fn request(client: &LeaseClient<Scripted>) -> LeaseRequest {
 }
 
 async fn acquired(client: &LeaseClient<Scripted>, reply: AcquireReply) -> AcquireOutcome<Scripted> {
-    client.backend().acquire.lock().unwrap().push_back(reply);
+    client.backend().acquire_once(reply);
     client.try_acquire(&request(client)).await
 }
 
@@ -110,11 +60,11 @@ async fn handle(client: &LeaseClient<Scripted>) -> LeaseHandle<Scripted> {
 }
 
 fn script_renew(client: &LeaseClient<Scripted>, reply: RenewReply) {
-    client.backend().renew.lock().unwrap().push_back(reply);
+    client.backend().renew_once(reply);
 }
 
 fn script_release(client: &LeaseClient<Scripted>, reply: ReleaseReply) {
-    client.backend().release.lock().unwrap().push_back(reply);
+    client.backend().release_once(reply);
 }
 
 /// Brings a fresh handle into `state` through the events the table names.

@@ -10,11 +10,13 @@
 
 use std::time::Duration;
 
+use leasehold::backend::{ReleaseReply, RenewReply};
 use leasehold::{
     AcquireOutcome, Clock, DriftBudget, ErrorKind, KeepAliveSettings, LeaseClient, LeaseHandle,
     LeaseState, LossReason, LossSignal, MonotonicInstant, OperationId, Purpose, ReleaseOutcome,
     ResourceDigest, TokioClock, Watchdog,
 };
+use leasehold_sim::scripted::{self, Op, Scripted};
 use leasehold_sim::{Fault, RequestKind, SimBackend, SimServer};
 use tokio::time::sleep;
 
@@ -496,51 +498,13 @@ async fn the_signal_after_a_release_follows_its_outcome() {
     assert_eq!(signal.reason(), Some(LossReason::Unreachable));
 }
 
-/// A backend whose first release is refused (`Unavailable`, not applied); renewals succeed.
-#[derive(Debug, Default)]
-struct ReleaseRefusedOnce {
-    releases: std::sync::atomic::AtomicUsize,
-}
-
-impl leasehold::LeaseBackend for ReleaseRefusedOnce {
-    async fn acquire(&self, request: &leasehold::LeaseRequest) -> leasehold::backend::AcquireReply {
-        leasehold::backend::AcquireReply::Granted(leasehold::backend::GrantReply::new(
-            leasehold::FenceToken::MIN,
-            request.ttl(),
-        ))
-    }
-    async fn renew(&self, grant: &leasehold::backend::Grant) -> leasehold::backend::RenewReply {
-        leasehold::backend::RenewReply::Renewed {
-            server_ttl: grant.ttl(),
-        }
-    }
-    async fn release(&self, _: &leasehold::backend::Grant) -> leasehold::backend::ReleaseReply {
-        if self
-            .releases
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-            == 0
-        {
-            leasehold::backend::ReleaseReply::Failed(leasehold::Failure::Unavailable(
-                leasehold::Unavailable::new(leasehold::UnavailableCause::ConnectionRefused, "no"),
-            ))
-        } else {
-            leasehold::backend::ReleaseReply::Released
-        }
-    }
-    async fn inspect(
-        &self,
-        _: &Purpose,
-        _: &ResourceDigest,
-        _: Option<&leasehold::Attempt>,
-    ) -> leasehold::InspectOutcome {
-        leasehold::InspectOutcome::Free
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_release_that_was_not_applied_can_be_tried_again_with_the_handle() {
     let clock = TokioClock::new();
-    let client = LeaseClient::new(ReleaseRefusedOnce::default()).with_clock(clock);
+    // Renewals succeed; the first release is refused (`Unavailable`, not applied).
+    let backend = Scripted::healthy();
+    backend.release_once(ReleaseReply::Failed(scripted::refused()));
+    let client = LeaseClient::new(backend).with_clock(clock);
     let kept = Watchdog::default()
         .keep(acquire_from(&client, "r").await)
         .map_err(|(e, _)| e)
@@ -847,78 +811,18 @@ fn a_runtime_shutdown_fires_the_signal_and_the_next_keep_starts_a_new_task() {
     });
 }
 
-/// A backend whose renewals panic.
-#[derive(Debug)]
-struct Panicking;
-
-impl leasehold::LeaseBackend for Panicking {
-    async fn acquire(&self, request: &leasehold::LeaseRequest) -> leasehold::backend::AcquireReply {
-        leasehold::backend::AcquireReply::Granted(leasehold::backend::GrantReply::new(
-            leasehold::FenceToken::MIN,
-            request.ttl(),
-        ))
-    }
-    async fn renew(&self, _: &leasehold::backend::Grant) -> leasehold::backend::RenewReply {
-        panic!("a broken backend (this panic is expected by the test)")
-    }
-    async fn release(&self, _: &leasehold::backend::Grant) -> leasehold::backend::ReleaseReply {
-        leasehold::backend::ReleaseReply::Released
-    }
-    async fn inspect(
-        &self,
-        _: &Purpose,
-        _: &ResourceDigest,
-        _: Option<&leasehold::Attempt>,
-    ) -> leasehold::InspectOutcome {
-        leasehold::InspectOutcome::Free
-    }
-}
-
-/// A backend whose server refuses every connection after the grant: renewals fail at once.
-/// It records when each renewal was tried, and panics (which stops the lease) past 100 of
-/// them, so a watchdog that retried in a tight loop fails the test instead of hanging it.
-#[derive(Debug, Default)]
-struct Refusing {
-    renewals: std::sync::Mutex<Vec<Duration>>,
-    clock: TokioClock,
-}
-
-impl leasehold::LeaseBackend for Refusing {
-    async fn acquire(&self, request: &leasehold::LeaseRequest) -> leasehold::backend::AcquireReply {
-        leasehold::backend::AcquireReply::Granted(leasehold::backend::GrantReply::new(
-            leasehold::FenceToken::MIN,
-            request.ttl(),
-        ))
-    }
-    async fn renew(&self, _: &leasehold::backend::Grant) -> leasehold::backend::RenewReply {
-        let mut renewals = self.renewals.lock().unwrap();
-        renewals.push(self.clock.now().since_origin());
-        assert!(renewals.len() <= 100, "retried in a loop");
-        leasehold::backend::RenewReply::Failed(leasehold::Failure::Unavailable(
-            leasehold::Unavailable::new(leasehold::UnavailableCause::ConnectionRefused, "refused"),
-        ))
-    }
-    async fn release(&self, _: &leasehold::backend::Grant) -> leasehold::backend::ReleaseReply {
-        leasehold::backend::ReleaseReply::Released
-    }
-    async fn inspect(
-        &self,
-        _: &Purpose,
-        _: &ResourceDigest,
-        _: Option<&leasehold::Attempt>,
-    ) -> leasehold::InspectOutcome {
-        leasehold::InspectOutcome::Free
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn renewals_that_fail_at_once_are_retried_at_a_pace_until_the_margin_point() {
     let clock = TokioClock::new();
-    let client = LeaseClient::new(Refusing {
-        clock,
-        ..Refusing::default()
-    })
-    .with_clock(clock);
+    // The server refuses every connection after the grant: renewals fail at once. Past 100 of
+    // them the backend panics (which stops the lease), so a watchdog that retried in a tight
+    // loop fails the test instead of hanging it.
+    let backend = Scripted::healthy().timed_by(clock);
+    backend.renew_always_with(|_, n| {
+        assert!(n < 100, "retried in a loop");
+        RenewReply::Failed(scripted::refused())
+    });
+    let client = LeaseClient::new(backend).with_clock(clock);
     let handle = acquire_from(&client, "r").await;
     let kept = Watchdog::default()
         .keep(handle)
@@ -929,7 +833,7 @@ async fn renewals_that_fail_at_once_are_retried_at_a_pace_until_the_margin_point
     // answered in time.
     assert_eq!(fired(kept.signal()).await, LossReason::Unreachable);
     assert_eq!(clock.now().since_origin(), TTL - DRIFT - MARGIN);
-    let renewals = client.backend().renewals.lock().unwrap().clone();
+    let renewals = client.backend().times_of(Op::Renew);
     assert_eq!(
         renewals,
         [1_000, 1_250, 1_500, 1_750, 2_000, 2_110].map(ms).to_vec()
@@ -944,7 +848,11 @@ async fn a_panicking_backend_stops_only_its_own_leases() {
         .keep(world.acquire("r").await)
         .map_err(|(e, _)| e)
         .unwrap();
-    let broken_client = LeaseClient::new(Panicking).with_clock(world.clock);
+    // A broken backend: its renewals panic.
+    let broken = Scripted::healthy();
+    broken
+        .renew_always_with(|_, _| panic!("a broken backend (this panic is expected by the test)"));
+    let broken_client = LeaseClient::new(broken).with_clock(world.clock);
     let attempt = broken_client
         .new_attempt(OperationId::new("op").unwrap())
         .unwrap();

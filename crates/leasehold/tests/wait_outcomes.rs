@@ -1,48 +1,13 @@
 //! What a waiting acquire returns when tries fail, against a scripted backend in paused time.
 
-use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::time::Duration;
 
-use leasehold::backend::{AcquireReply, Grant, GrantReply, ReleaseReply, RenewReply};
+use leasehold::backend::{AcquireReply, GrantReply, ReleaseReply, RenewReply};
 use leasehold::{
-    AcquireOutcome, Attempt, Failure, FenceToken, Indeterminate, IndeterminateCause,
-    InspectOutcome, LeaseBackend, LeaseClient, OperationId, Purpose, ResourceDigest, TokioClock,
-    Unavailable, UnavailableCause,
+    AcquireOutcome, Failure, FenceToken, Indeterminate, IndeterminateCause, InspectOutcome,
+    LeaseClient, OperationId, Purpose, ResourceDigest, TokioClock, Unavailable, UnavailableCause,
 };
-
-/// Answers acquires from a script, then with the last entry forever; counts the tries.
-#[derive(Debug)]
-struct Scripted {
-    replies: Mutex<VecDeque<AcquireReply>>,
-    tries: Mutex<usize>,
-}
-
-impl LeaseBackend for Scripted {
-    async fn acquire(&self, _: &leasehold::LeaseRequest) -> AcquireReply {
-        *self.tries.lock().unwrap() += 1;
-        let mut replies = self.replies.lock().unwrap();
-        if replies.len() > 1 {
-            replies.pop_front().unwrap()
-        } else {
-            replies.front().cloned().unwrap()
-        }
-    }
-    async fn renew(&self, _: &Grant) -> RenewReply {
-        RenewReply::Failed(Failure::Overloaded)
-    }
-    async fn release(&self, _: &Grant) -> ReleaseReply {
-        ReleaseReply::Released
-    }
-    async fn inspect(
-        &self,
-        _: &Purpose,
-        _: &ResourceDigest,
-        _: Option<&Attempt>,
-    ) -> InspectOutcome {
-        InspectOutcome::Free
-    }
-}
+use leasehold_sim::{Op, Scripted};
 
 fn unknown() -> AcquireReply {
     AcquireReply::Failed(Failure::Indeterminate(Indeterminate::new(
@@ -62,11 +27,18 @@ async fn acquire_with(
     replies: Vec<AcquireReply>,
     wait: Duration,
 ) -> (AcquireOutcome<Scripted>, usize) {
-    let client = LeaseClient::new(Scripted {
-        replies: Mutex::new(replies.into()),
-        tries: Mutex::new(0),
-    })
-    .with_clock(TokioClock::new());
+    // Acquires answer from the script, then with its last entry for ever.
+    let backend = Scripted::new();
+    let (last, first) = replies.split_last().expect("a script");
+    for reply in first {
+        backend.acquire_once(reply.clone());
+    }
+    backend
+        .acquire_always(last.clone())
+        .renew_always(RenewReply::Failed(Failure::Overloaded))
+        .release_always(ReleaseReply::Released)
+        .inspect_always(InspectOutcome::Free);
+    let client = LeaseClient::new(backend).with_clock(TokioClock::new());
     let attempt = client.new_attempt(OperationId::new("op").unwrap()).unwrap();
     let request = client
         .request(
@@ -79,7 +51,7 @@ async fn acquire_with(
         .with_wait_timeout(wait)
         .unwrap();
     let outcome = client.acquire(&request).await;
-    let tries = *client.backend().tries.lock().unwrap();
+    let tries = client.backend().calls_of(Op::Acquire);
     (outcome, tries)
 }
 
