@@ -9,8 +9,8 @@
 //! ```
 //! use std::time::Duration;
 //! use leasehold::backend::{AcquireReply, GrantReply};
-//! use leasehold::{Failure, FenceToken, LeaseClient};
-//! use leasehold_sim::{Op, Scripted};
+//! use leasehold::{AcquireOutcome, Failure, FenceToken, LeaseClient, OperationId, Purpose, ResourceDigest};
+//! use leasehold_sim::{Op, Scripted, run_now};
 //!
 //! let backend = Scripted::new();
 //! backend
@@ -20,8 +20,16 @@
 //!         Duration::from_secs(5),
 //!     )));
 //! let client = LeaseClient::new(backend);
-//! // ... acquire twice: Overloaded, then Acquired ...
-//! assert_eq!(client.backend().calls_of(Op::Acquire), 0);
+//! let request = client.request(
+//!     Purpose::new("demo")?,
+//!     ResourceDigest::of("report"),
+//!     client.new_attempt(OperationId::new("job-1")?)?,
+//!     Duration::from_secs(5),
+//! )?;
+//! assert!(matches!(run_now(client.try_acquire(&request)), AcquireOutcome::Overloaded));
+//! assert!(run_now(client.try_acquire(&request)).is_held());
+//! assert_eq!(client.backend().calls_of(Op::Acquire), 2);
+//! # Ok::<(), leasehold::Error>(())
 //! ```
 
 use std::collections::VecDeque;
@@ -60,37 +68,31 @@ pub struct Call {
 type Rule<A, R> = Arc<dyn Fn(&A, usize) -> R + Send + Sync>;
 
 /// How one operation answers: one-time answers, then the standing one.
-struct Script<A: ?Sized, R> {
+struct Script<A, R> {
     once: VecDeque<Rule<A, R>>,
     always: Option<Rule<A, R>>,
-    calls: usize,
 }
 
-impl<A: ?Sized, R> Default for Script<A, R> {
+impl<A, R> Default for Script<A, R> {
     fn default() -> Self {
         Self {
             once: VecDeque::new(),
             always: None,
-            calls: 0,
         }
     }
 }
 
-impl<A: ?Sized, R> Script<A, R> {
-    /// Takes the rule for the next call, and its number (0 for the first call).
-    fn next(&mut self, op: Op) -> (Rule<A, R>, usize) {
-        let n = self.calls;
-        self.calls += 1;
-        let rule = self
-            .once
+impl<A, R> Script<A, R> {
+    /// Takes the rule for call `n` (0 for the first) of `op`.
+    fn next(&mut self, op: Op, n: usize) -> Rule<A, R> {
+        self.once
             .pop_front()
             .or_else(|| self.always.clone())
-            .unwrap_or_else(|| panic!("the test did not script call {n} of {op:?}"));
-        (rule, n)
+            .unwrap_or_else(|| panic!("the test did not script call {n} of {op:?}"))
     }
 }
 
-fn fixed<A: ?Sized, R: Clone + Send + Sync + 'static>(reply: R) -> Rule<A, R> {
+fn fixed<A, R: Clone + Send + Sync + 'static>(reply: R) -> Rule<A, R> {
     Arc::new(move |_: &A, _| reply.clone())
 }
 
@@ -101,6 +103,12 @@ struct Scripts {
     release: Script<Grant, ReleaseReply>,
     inspect: Script<(), InspectOutcome>,
     log: Vec<Call>,
+}
+
+impl Scripts {
+    fn calls_of(&self, op: Op) -> usize {
+        self.log.iter().filter(|c| c.op == op).count()
+    }
 }
 
 /// A backend that answers each call as the test scripted it, and logs the calls.
@@ -114,7 +122,7 @@ pub struct Scripted {
 impl fmt::Debug for Scripted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Scripted")
-            .field("calls", &self.log().len())
+            .field("calls", &self.calls())
             .finish_non_exhaustive()
     }
 }
@@ -191,13 +199,15 @@ impl Scripted {
 
     /// Returns how many calls of `op` were answered so far.
     pub fn calls_of(&self, op: Op) -> usize {
-        self.scripts().log.iter().filter(|c| c.op == op).count()
+        self.scripts().calls_of(op)
     }
 
     /// Returns when each call of `op` came.
     pub fn times_of(&self, op: Op) -> Vec<Duration> {
-        let log = self.scripts().log.clone();
-        log.into_iter()
+        let scripts = self.scripts();
+        scripts
+            .log
+            .iter()
             .filter(|c| c.op == op)
             .map(|c| c.at)
             .collect()
@@ -205,20 +215,17 @@ impl Scripted {
 
     /// Logs a call of `op`, moves the round-trip clock, and takes the rule that answers it.
     /// The lock is released before the rule runs, so a rule may panic or call back freely.
-    fn answer<A: ?Sized, R>(
-        &self,
-        op: Op,
-        arg: &A,
-        pick: fn(&mut Scripts) -> &mut Script<A, R>,
-    ) -> R {
+    fn answer<A, R>(&self, op: Op, arg: &A, pick: fn(&mut Scripts) -> &mut Script<A, R>) -> R {
         let at = self
             .clock
             .as_ref()
             .map_or(Duration::ZERO, |c| c.now().since_origin());
         let (rule, n) = {
             let mut scripts = self.scripts();
+            // The call's number is how many calls of `op` the log holds before it.
+            let n = scripts.calls_of(op);
             scripts.log.push(Call { op, at });
-            pick(&mut scripts).next(op)
+            (pick(&mut scripts).next(op, n), n)
         };
         if let Some((clock, rtt)) = &self.round_trip {
             clock.advance(*rtt);

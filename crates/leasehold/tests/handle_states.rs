@@ -5,9 +5,8 @@ use std::time::Duration;
 use leasehold::backend::{AcquireReply, GrantReply, ReleaseReply, RenewReply};
 use leasehold::{
     AcquireOutcome, Clock, Failure, FenceToken, Guarantee, Indeterminate, IndeterminateCause,
-    InspectOutcome, LeaseClient, LeaseHandle, LeaseRequest, LeaseState, LossCause, ManualClock,
-    OperationId, Purpose, ReleaseOutcome, RenewOutcome, ResourceDigest, Unavailable,
-    UnavailableCause,
+    LeaseClient, LeaseHandle, LeaseRequest, LeaseState, LossCause, ManualClock, OperationId,
+    Purpose, ReleaseOutcome, RenewOutcome, ResourceDigest, Unavailable, UnavailableCause,
 };
 use leasehold_sim::Scripted;
 
@@ -33,7 +32,6 @@ fn unavailable() -> Failure {
 fn client() -> (LeaseClient<Scripted>, ManualClock) {
     let clock = ManualClock::new();
     let backend = Scripted::new().round_trip(clock.clone(), RTT);
-    backend.inspect_always(InspectOutcome::Free);
     (LeaseClient::new(backend).with_clock(clock.clone()), clock)
 }
 

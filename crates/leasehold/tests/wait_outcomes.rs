@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use leasehold::backend::{AcquireReply, GrantReply, ReleaseReply, RenewReply};
 use leasehold::{
-    AcquireOutcome, Failure, FenceToken, Indeterminate, IndeterminateCause, InspectOutcome,
-    LeaseClient, OperationId, Purpose, ResourceDigest, TokioClock, Unavailable, UnavailableCause,
+    AcquireOutcome, Failure, FenceToken, Indeterminate, IndeterminateCause, LeaseClient,
+    OperationId, Purpose, ResourceDigest, TokioClock, Unavailable, UnavailableCause,
 };
 use leasehold_sim::{Op, Scripted};
 
@@ -36,8 +36,7 @@ async fn acquire_with(
     backend
         .acquire_always(last.clone())
         .renew_always(RenewReply::Failed(Failure::Overloaded))
-        .release_always(ReleaseReply::Released)
-        .inspect_always(InspectOutcome::Free);
+        .release_always(ReleaseReply::Released);
     let client = LeaseClient::new(backend).with_clock(TokioClock::new());
     let attempt = client.new_attempt(OperationId::new("op").unwrap()).unwrap();
     let request = client
