@@ -386,7 +386,7 @@ impl fmt::Display for RenewOutcome {
             RenewOutcome::Lost(cause) => write!(f, "lost: {cause}"),
             RenewOutcome::Indeterminate(i) => i.fmt(f),
             RenewOutcome::Unavailable(u) => u.fmt(f),
-            RenewOutcome::Overloaded => f.write_str("not sent: too many commands in flight"),
+            RenewOutcome::Overloaded => Failure::Overloaded.fmt(f),
             RenewOutcome::Refused { state } => write!(f, "not sent: the lease is {state}"),
         }
     }
@@ -404,7 +404,7 @@ impl fmt::Display for ReleaseOutcome {
             }
             ReleaseOutcome::Indeterminate(i) => i.fmt(f),
             ReleaseOutcome::Unavailable(u) => u.fmt(f),
-            ReleaseOutcome::Overloaded => f.write_str("not sent: too many commands in flight"),
+            ReleaseOutcome::Overloaded => Failure::Overloaded.fmt(f),
             ReleaseOutcome::Refused { state } => write!(f, "not sent: the lease is {state}"),
         }
     }
@@ -435,7 +435,7 @@ impl fmt::Display for InspectOutcome {
             InspectOutcome::HeldByOther(view) => write!(f, "held by another: {view}"),
             InspectOutcome::Indeterminate(i) => i.fmt(f),
             InspectOutcome::Unavailable(u) => u.fmt(f),
-            InspectOutcome::Overloaded => f.write_str("not sent: too many commands in flight"),
+            InspectOutcome::Overloaded => Failure::Overloaded.fmt(f),
         }
     }
 }

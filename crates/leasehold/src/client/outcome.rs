@@ -5,7 +5,7 @@ use std::fmt;
 use crate::backend::LeaseBackend;
 use crate::handle::LeaseHandle;
 use crate::id::OperationId;
-use crate::outcome::{Contention, Indeterminate, Unavailable};
+use crate::outcome::{Contention, Failure, Indeterminate, Unavailable};
 
 /// The outcome of an acquire.
 #[non_exhaustive]
@@ -89,7 +89,7 @@ impl<B: LeaseBackend> fmt::Display for AcquireOutcome<B> {
                 write!(f, "{cause}; replay operation {operation} to find out")
             }
             AcquireOutcome::Unavailable(u) => u.fmt(f),
-            AcquireOutcome::Overloaded => f.write_str("not sent: too many commands in flight"),
+            AcquireOutcome::Overloaded => Failure::Overloaded.fmt(f),
         }
     }
 }
