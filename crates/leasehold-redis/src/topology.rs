@@ -50,16 +50,7 @@ impl RedisBackend {
         seeds: &[S],
         settings: RedisSettings,
     ) -> Result<Self, Error> {
-        let seeds = seeds
-            .iter()
-            .map(|url| redis::IntoConnectionInfo::into_connection_info(url.as_ref()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| invalid_url(&e))?;
-        if seeds.is_empty() {
-            return Err(Error::InvalidUrl(
-                "a cluster needs at least one seed".into(),
-            ));
-        }
+        let seeds = connection_infos(seeds, "a cluster needs at least one seed")?;
         if settings.replication().is_some() {
             // WAIT has no key, so the cluster client would not send it to the script's node.
             return Err(Error::Unsupported(
@@ -104,16 +95,7 @@ impl RedisBackend {
         node: Option<redis::sentinel::SentinelNodeConnectionInfo>,
         settings: RedisSettings,
     ) -> Result<Self, Error> {
-        let infos = sentinels
-            .iter()
-            .map(|url| redis::IntoConnectionInfo::into_connection_info(url.as_ref()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| invalid_url(&e))?;
-        if infos.is_empty() {
-            return Err(Error::InvalidUrl(
-                "Sentinel needs at least one address".into(),
-            ));
-        }
+        let infos = connection_infos(sentinels, "Sentinel needs at least one address")?;
         let endpoint = format!(
             "sentinel:{}@{}",
             service,
@@ -192,6 +174,22 @@ fn connection_config(settings: &RedisSettings) -> redis::AsyncConnectionConfig {
 }
 
 /// Describes a URL error without the URL, which may hold a password.
+/// Parses `urls`, refusing an empty list with `none`.
+fn connection_infos<S: AsRef<str>>(
+    urls: &[S],
+    none: &str,
+) -> Result<Vec<redis::ConnectionInfo>, Error> {
+    let infos = urls
+        .iter()
+        .map(|url| redis::IntoConnectionInfo::into_connection_info(url.as_ref()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid_url(&e))?;
+    if infos.is_empty() {
+        return Err(Error::InvalidUrl(none.into()));
+    }
+    Ok(infos)
+}
+
 fn invalid_url(err: &redis::RedisError) -> Error {
     Error::InvalidUrl(format!("{} (URL not shown)", err.category()))
 }
