@@ -193,3 +193,28 @@ fn connection_infos<S: AsRef<str>>(
 fn invalid_url(err: &redis::RedisError) -> Error {
     Error::InvalidUrl(format!("{} (URL not shown)", err.category()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    #[test]
+    fn an_empty_seed_or_sentinel_list_is_refused_before_any_io() {
+        let none: &[&str] = &[];
+        let cluster = RedisBackend::open_cluster(none, RedisSettings::default()).unwrap_err();
+        assert!(
+            matches!(&cluster, Error::InvalidUrl(m) if m.contains("at least one seed")),
+            "{cluster:?}"
+        );
+        let sentinel =
+            RedisBackend::open_sentinel(none, "mymaster", None, RedisSettings::default())
+                .unwrap_err();
+        assert!(
+            matches!(&sentinel, Error::InvalidUrl(m) if m.contains("at least one address")),
+            "{sentinel:?}"
+        );
+        let unparsable = RedisBackend::open_cluster(&["not a url"], RedisSettings::default());
+        assert_eq!(unparsable.unwrap_err().kind(), ErrorKind::InvalidUrl);
+    }
+}
