@@ -166,6 +166,15 @@ mod tests {
     }
 
     #[test]
+    fn conversions_keep_the_number() {
+        for n in [1, 7, 1 << 53, (1 << 53) + 1, i64::MAX as u64] {
+            assert_eq!(u64::from(token(n)), n);
+            assert_eq!(i64::from(token(n)), n as i64);
+            assert_eq!(token(n).to_i64(), n as i64);
+        }
+    }
+
+    #[test]
     fn tokens_are_one_to_two_to_the_63_minus_one() {
         assert!(FenceToken::new(0).is_none());
         assert_eq!(token(7).get(), 7);

@@ -375,3 +375,64 @@ async fn debug_of_handles_and_outcomes_hides_the_token() {
         assert!(!text.contains(&token), "{text}");
     }
 }
+
+/// A replay's confirmation joins the handle the client already holds for the grant: an
+/// `Unknown` handle is `Active` again, with the validity the replay proved.
+#[tokio::test]
+async fn a_replay_confirms_the_existing_handle_of_its_grant() {
+    let (client, clock) = client();
+    let req = request(&client);
+    client
+        .backend()
+        .acquire_once(AcquireReply::Granted(GrantReply::new(fence(1), TTL)));
+    let h = client.try_acquire(&req).await.into_handle().unwrap();
+    clock.advance(Duration::from_millis(500));
+    script_renew(&client, RenewReply::Failed(indeterminate()));
+    assert!(matches!(h.renew().await, RenewOutcome::Indeterminate(_)));
+    assert_eq!(h.state(), LeaseState::Unknown);
+    let left = TTL - Duration::from_millis(100);
+    client
+        .backend()
+        .acquire_once(AcquireReply::Replayed(GrantReply::new(fence(1), left)));
+    let sent_at = clock.now();
+    let replayed = client.try_acquire(&req).await.into_handle().unwrap();
+    assert_eq!(h.state(), LeaseState::Active, "the replay was not merged");
+    assert_eq!(h.valid_until(), sent_at + (left - DRIFT));
+    assert_eq!(h.observed_server_expiry(), sent_at + left);
+    // One state: the replayed handle's release is the existing one's.
+    script_release(&client, ReleaseReply::Released);
+    assert_eq!(replayed.release().await, ReleaseOutcome::Released);
+    assert_eq!(h.state(), LeaseState::Released);
+}
+
+/// A confirmation never revives a handle the server already said was lost, nor extends one
+/// whose release has started.
+#[tokio::test]
+async fn a_replay_neither_revives_a_lost_handle_nor_extends_a_released_one() {
+    let (client, clock) = client();
+    let req = request(&client);
+    let granted = AcquireReply::Granted(GrantReply::new(fence(1), TTL));
+    let replayed = AcquireReply::Replayed(GrantReply::new(fence(1), TTL));
+    client.backend().acquire_once(granted);
+    let lost = client.try_acquire(&req).await.into_handle().unwrap();
+    script_renew(&client, RenewReply::Lost(LossCause::OtherHolder));
+    assert!(matches!(lost.renew().await, RenewOutcome::Lost(_)));
+    client.backend().acquire_once(replayed.clone());
+    let _again = client.try_acquire(&req).await.into_handle().unwrap();
+    assert_eq!(lost.state(), LeaseState::Lost, "a lost handle was revived");
+
+    let (client, clock2) = (client, clock);
+    let req = request(&client);
+    let granted = AcquireReply::Granted(GrantReply::new(fence(2), TTL));
+    client.backend().acquire_once(granted);
+    let h = client.try_acquire(&req).await.into_handle().unwrap();
+    script_release(&client, ReleaseReply::Failed(unavailable()));
+    assert!(matches!(h.release().await, ReleaseOutcome::Unavailable(_)));
+    let until = h.valid_until();
+    clock2.advance(Duration::from_millis(500));
+    client
+        .backend()
+        .acquire_once(AcquireReply::Replayed(GrantReply::new(fence(2), TTL)));
+    let _again = client.try_acquire(&req).await.into_handle().unwrap();
+    assert_eq!(h.valid_until(), until, "a release under way was extended");
+}
