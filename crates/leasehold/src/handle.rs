@@ -209,6 +209,14 @@ impl<B: LeaseBackend> LeaseHandle<B> {
         }
     }
 
+    /// Returns another handle on the same grant's state. Crate-private: a handle given out
+    /// twice would let two owners release one lease.
+    pub(crate) fn share(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
     pub(crate) fn downgrade(&self) -> std::sync::Weak<Shared<B>> {
         Arc::downgrade(&self.shared)
     }

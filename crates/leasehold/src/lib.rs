@@ -74,6 +74,7 @@ pub mod fence;
 pub mod handle;
 pub mod id;
 pub mod keepalive;
+pub mod lock;
 pub mod outcome;
 pub mod request;
 mod state;
@@ -88,6 +89,7 @@ pub use id::{Attempt, HolderFingerprint, OperationId, OwnerToken, Purpose, Resou
 pub use keepalive::{
     KeepAliveSettings, KeptLease, LossReason, LossSignal, Scoped, Uncovered, Watchdog,
 };
+pub use lock::{HeldLease, LeaseGuard, LockBuilder, LockError, RunError};
 pub use outcome::{
     Contention, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseView, LossCause,
     ReleaseOutcome, RenewOutcome, Unavailable, UnavailableCause, UnusableKey,

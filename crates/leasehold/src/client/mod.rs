@@ -2,6 +2,8 @@
 //!
 //! - [`LeaseClient`] and [`AcquireOutcome`]: one try, inspect, release of an attempt;
 //! - waiting acquires (`acquire`): per-resource queues woken by release notices;
+//! - the one-call layer on top ([`LeaseClient::lock`], [`LeaseClient::run`]) lives in
+//!   [`crate::lock`];
 //! - recovery ([`LeaseClient::resolve`], [`LeaseClient::abandon`]): replaying an unknown
 //!   acquire until it is known, and cleaning up behind one given up on.
 
@@ -22,6 +24,7 @@ use crate::clock::{BootClock, Clock};
 use crate::error::Error;
 use crate::handle::LeaseHandle;
 use crate::id::{Attempt, OperationId, Purpose, ResourceDigest};
+use crate::keepalive::{KeepAliveSettings, Watchdog};
 use crate::outcome::{Failure, InspectOutcome, ReleaseOutcome};
 use crate::request::{DriftBudget, LeaseRequest};
 
@@ -36,6 +39,7 @@ pub struct LeaseClient<B: LeaseBackend> {
     drift: DriftBudget,
     live: Arc<Mutex<LiveGrants<B>>>,
     pub(crate) queues: wait::Queues,
+    watchdog: Watchdog,
 }
 
 impl<B: LeaseBackend> Clone for LeaseClient<B> {
@@ -46,6 +50,7 @@ impl<B: LeaseBackend> Clone for LeaseClient<B> {
             drift: self.drift,
             live: Arc::clone(&self.live),
             queues: self.queues.clone(),
+            watchdog: self.watchdog.clone(),
         }
     }
 }
@@ -68,6 +73,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
             drift: DriftBudget::default(),
             live: Arc::new(Mutex::new(LiveGrants::new())),
             queues: wait::Queues::default(),
+            watchdog: Watchdog::default(),
         }
     }
 
@@ -81,6 +87,20 @@ impl<B: LeaseBackend> LeaseClient<B> {
     pub fn with_drift_budget(mut self, drift: DriftBudget) -> Self {
         self.drift = drift;
         self
+    }
+
+    /// Returns this client with a watchdog of these settings for the leases it keeps alive
+    /// ([`lock`](Self::lock), [`run`](Self::run)).
+    pub fn with_keep_alive(mut self, settings: KeepAliveSettings) -> Self {
+        self.watchdog = Watchdog::new(settings);
+        self
+    }
+
+    /// Returns the watchdog that keeps the leases of [`lock`](Self::lock) and
+    /// [`run`](Self::run) alive: one task for the client and its clones, started at the first
+    /// lease it keeps. Leases from the explicit API can be kept by it too.
+    pub fn watchdog(&self) -> &Watchdog {
+        &self.watchdog
     }
 
     /// Returns the backend.

@@ -8,6 +8,7 @@
 //! `Indeterminate` is a safe replay.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ pub(crate) struct Queues {
     cleanups: Arc<Cleanups>,
 }
 
-/// Counts the background cleanups of dropped acquires, so that [`LeaseClient::settle`] can
+/// Counts the background cleanups (of dropped acquires and guards), so that [`LeaseClient::settle`] can
 /// wait for them (a process about to exit would otherwise cut them off).
 #[derive(Debug, Default)]
 struct Cleanups {
@@ -90,20 +91,7 @@ impl<B: LeaseBackend> Drop for CancelGuard<'_, B> {
         if !self.armed {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!("acquire dropped outside a runtime; a grant may live until its TTL");
-            return;
-        };
-        let client = self.client.clone();
-        let request = self.request.clone();
-        let running = Running::start(&client.queues.cleanups);
-        runtime.spawn(async move {
-            let _running = running;
-            // Never a replay: one that lands before a late acquire would make the grant it
-            // came to remove.
-            let outcome = client.release_attempt(&request).await;
-            tracing::debug!(?outcome, "cleaned up after a dropped acquire");
-        });
+        self.client.abandon_in_background(self.request.clone());
     }
 }
 
@@ -133,8 +121,37 @@ fn jitter(retry_after: Duration) -> Duration {
 }
 
 impl<B: LeaseBackend> LeaseClient<B> {
-    /// Waits until every background cleanup started by a dropped [`acquire`](Self::acquire)
-    /// future (of this client and its clones) has finished.
+    /// Runs `cleanup` as a task on the current runtime, counted until it ends so that
+    /// [`settle`](Self::settle) can wait for it. Outside a runtime it is dropped unstarted,
+    /// with a warning: whatever it would have released lives until its TTL.
+    pub(crate) fn spawn_cleanup(&self, cleanup: impl Future<Output = ()> + Send + 'static) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("no runtime to release on; a grant may live until its TTL");
+            return;
+        };
+        let running = Running::start(&self.queues.cleanups);
+        runtime.spawn(async move {
+            let _running = running;
+            cleanup.await;
+        });
+    }
+
+    /// Releases, in the background, whatever grant `request`'s attempt may hold: the cleanup
+    /// after an acquire whose outcome is unknown and that nobody will resolve.
+    pub(crate) fn abandon_in_background(&self, request: LeaseRequest) {
+        let client = self.clone();
+        self.spawn_cleanup(async move {
+            // Never a replay: one that lands before a late acquire would make the grant it
+            // came to remove.
+            let outcome = client.release_attempt(&request).await;
+            tracing::debug!(%outcome, "cleaned up behind an abandoned acquire");
+        });
+    }
+
+    /// Waits until every background cleanup of this client and its clones has finished: the
+    /// releases started by dropped [`acquire`](Self::acquire) and [`lock`](Self::lock) futures,
+    /// dropped [`LeaseGuard`](crate::LeaseGuard)s, and `lock` calls whose outcome stayed
+    /// unknown.
     ///
     /// Call it before a process exits after cancelling an acquire — on Ctrl-C, say: the
     /// cleanup runs as a task on the runtime, and a runtime that shuts down cuts it off,

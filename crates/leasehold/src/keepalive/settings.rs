@@ -90,7 +90,7 @@ impl KeepAliveSettings {
 
     /// Checks that a lease of `ttl`, whose validity after each renewal is `ttl - drift`, can
     /// be kept (see [`Schedule::fits`]).
-    pub(super) fn check_lease(&self, ttl: Duration, drift: Duration) -> Result<(), Error> {
+    pub(crate) fn check_lease(&self, ttl: Duration, drift: Duration) -> Result<(), Error> {
         let validity = ttl.saturating_sub(drift);
         let schedule = self.schedule(ttl);
         if schedule.fits(validity) {

@@ -1,0 +1,314 @@
+//! The one-call layer: a lease in one call, kept alive, released on drop.
+//!
+//! [`LeaseClient::lock`] makes the attempt, the request and the keep-alive for the caller and
+//! returns a [`LeaseGuard`]; [`LockBuilder::run`] (or [`LeaseClient::run`]) runs work under
+//! the lease and says whether it covered the work. Underneath is the explicit API
+//! ([`LeaseClient::acquire`], [`Watchdog`](crate::Watchdog)), with every guarantee of it:
+//!
+//! - every call makes a fresh attempt, so a reply lost on the way is resolved by replaying
+//!   the same attempt (within the wait), never by a second grant;
+//! - `Unavailable` and `Overloaded` tries are retried with backoff until the wait's deadline;
+//!   only what is still unknown or not reached then comes back, typed ([`LockError`]); an
+//!   unknown one is cleaned up in the background, so no grant is left to nobody;
+//! - the guard's loss signal fires before its lease could be granted to anyone else, and
+//!   [`run`](LockBuilder::run) cancels the work then;
+//! - dropping a guard, or a `lock` or `run` future, releases in the background
+//!   ([`LeaseClient::settle`] waits for those releases before a process exits).
+
+mod error;
+mod guard;
+mod held;
+
+pub use error::{LockError, RunError};
+pub use guard::LeaseGuard;
+pub use held::HeldLease;
+
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::LeaseBackend;
+use crate::client::{AcquireOutcome, LeaseClient};
+use crate::error::Error;
+use crate::handle::LeaseHandle;
+use crate::id::{Attempt, OperationId, Purpose, ResourceDigest};
+use crate::outcome::ReleaseOutcome;
+use crate::request::LeaseRequest;
+
+/// The TTL of a lease taken with [`LeaseClient::lock`] unless [`LockBuilder::ttl`] says
+/// otherwise (as Redisson's watchdog: the lease is renewed every 10 s).
+pub const DEFAULT_LOCK_TTL: Duration = Duration::from_secs(30);
+
+/// The purpose of a lease taken with [`LeaseClient::lock`] unless
+/// [`LockBuilder::purpose`] says otherwise.
+pub const DEFAULT_PURPOSE: &str = "lock";
+
+/// The first pause after a try that did not reach the server; it doubles up to
+/// [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(20);
+/// The longest pause between tries that did not reach the server.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// A lease to take in one call: set options, then `.await` it (or [`run`](Self::run) work
+/// under it). Made by [`LeaseClient::lock`].
+///
+/// Without options it tries once for a 30 s lease with purpose `lock` and a fresh operation
+/// id, and keeps it alive with the client's watchdog until it is released or dropped.
+#[must_use = "a lock does nothing until it is awaited or run"]
+pub struct LockBuilder<'a, B: LeaseBackend> {
+    client: &'a LeaseClient<B>,
+    resource: ResourceDigest,
+    purpose: Option<Purpose>,
+    operation: Option<OperationId>,
+    ttl: Duration,
+    wait: Duration,
+}
+
+impl<B: LeaseBackend> fmt::Debug for LockBuilder<'_, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockBuilder")
+            .field("resource", &self.resource)
+            .field("purpose", &self.purpose)
+            .field("operation", &self.operation)
+            .field("ttl", &self.ttl)
+            .field("wait", &self.wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, B: LeaseBackend> LockBuilder<'a, B> {
+    /// Sets the TTL (default 30 s). The watchdog renews the lease every TTL / 3 by default;
+    /// the TTL bounds how long the lease outlives a holder that dies without releasing.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Sets how long to wait for the lease while others hold it (default: try once). Tries
+    /// that did not reach the server, or whose outcome is unknown, are retried within it too.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Sets the purpose (default `lock`): leases of one resource name for different
+    /// purposes do not exclude each other.
+    pub fn purpose(mut self, purpose: Purpose) -> Self {
+        self.purpose = Some(purpose);
+        self
+    }
+
+    /// Sets the operation id the attempt is made for (default: `lock-` and 16 random hex
+    /// digits, fresh for every call).
+    pub fn operation(mut self, operation: OperationId) -> Self {
+        self.operation = Some(operation);
+        self
+    }
+
+    /// Builds the request, and checks that the client's watchdog can keep a lease of its TTL:
+    /// all before any I/O.
+    fn request(&self) -> Result<LeaseRequest, Error> {
+        let purpose = match &self.purpose {
+            Some(purpose) => purpose.clone(),
+            None => Purpose::new(DEFAULT_PURPOSE)?,
+        };
+        let operation = match &self.operation {
+            Some(operation) => operation.clone(),
+            None => fresh_operation()?,
+        };
+        let request = self
+            .client
+            .request(
+                purpose,
+                self.resource.clone(),
+                Attempt::new(operation)?,
+                self.ttl,
+            )?
+            .with_wait_timeout(self.wait)?;
+        self.client
+            .watchdog()
+            .settings()
+            .check_lease(request.ttl(), request.drift())?;
+        Ok(request)
+    }
+
+    /// Takes the lease: see [`LeaseClient::lock`].
+    async fn take(self) -> Result<LeaseGuard<B>, LockError> {
+        let request = self.request()?;
+        let handle = acquire_within_wait(self.client, &request).await?;
+        match self.client.watchdog().keep(handle) {
+            Ok(kept) => Ok(LeaseGuard::new(kept, self.client.clone())),
+            Err((error, handle)) => {
+                // The watchdog is full: a lease nobody renews must not be handed out.
+                let _ = handle.release().await;
+                Err(LockError::Refused(error))
+            }
+        }
+    }
+
+    /// Takes the lease, runs `work` under it, and releases it: the result is `Ok` only if the
+    /// lease covered the work from its start to its end and the release was confirmed.
+    ///
+    /// `work` gets a [`HeldLease`] (the fence, the loss signal). If the signal fires first —
+    /// which it does before the lease could be granted to anyone else — the work is cancelled
+    /// (its future dropped) and the error says why.
+    ///
+    /// # Errors
+    ///
+    /// A [`RunError`] that says which step fell short: not acquired, lost while running (with
+    /// the reason), finished but uncovered, or finished but not released.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future cancels the work and releases the lease in the background.
+    pub async fn run<T, F, Fut>(self, work: F) -> Result<T, RunError<T>>
+    where
+        F: FnOnce(HeldLease<B>) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.take().await.map_err(RunError::NotAcquired)?;
+        let held = HeldLease::new(&guard);
+        let signal = guard.signal().clone();
+        let finished = tokio::select! {
+            // A loss seen together with the work's end wins: it cannot be ruled out.
+            biased;
+            reason = signal.lost() => Err(reason),
+            output = work(held) => Ok(output),
+        };
+        let release = guard.release().await;
+        match finished {
+            Err(reason) => Err(RunError::Lost { reason, release }),
+            Ok(output) if release.ended_early() => Err(RunError::Uncovered { output, release }),
+            Ok(output) if release == ReleaseOutcome::Released => Ok(output),
+            Ok(output) => Err(RunError::NotReleased { output, release }),
+        }
+    }
+}
+
+impl<'a, B: LeaseBackend> IntoFuture for LockBuilder<'a, B> {
+    type Output = Result<LeaseGuard<B>, LockError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.take())
+    }
+}
+
+/// Acquires within the request's wait: waits on contention, replays unknown tries, and
+/// retries tries that did not reach the server with backoff, until the deadline.
+async fn acquire_within_wait<B: LeaseBackend>(
+    client: &LeaseClient<B>,
+    request: &LeaseRequest,
+) -> Result<LeaseHandle<B>, LockError> {
+    let deadline = Instant::now() + request.wait_timeout();
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        // The same attempt every time: a try after an unknown one is a replay.
+        let this_try = request.clone().with_wait_timeout(left)?;
+        let failed = match client.acquire(&this_try).await {
+            AcquireOutcome::Acquired(handle) | AcquireOutcome::Replayed(handle) => {
+                return Ok(handle);
+            }
+            AcquireOutcome::Contended(c) | AcquireOutcome::OwnerOperationConflict(c) => {
+                return Err(LockError::Contended(c));
+            }
+            AcquireOutcome::Indeterminate { cause, .. } => {
+                // `acquire` replayed until the deadline. Nobody can resolve this attempt
+                // after us, so whatever it may hold is released now.
+                client.abandon_in_background(request.clone());
+                return Err(LockError::Indeterminate(cause));
+            }
+            AcquireOutcome::Unavailable(u) => LockError::Unavailable(u),
+            AcquireOutcome::Overloaded => LockError::Overloaded,
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(failed);
+        }
+        // The last try goes at the deadline: a server back just then is still reached.
+        tokio::time::sleep_until((now + backoff).min(deadline)).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Returns `lock-` and 16 random hex digits.
+fn fresh_operation() -> Result<OperationId, Error> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        Error::new(
+            crate::error::ErrorKind::Entropy,
+            format!("no random operation id: {e}"),
+        )
+    })?;
+    OperationId::new(format!("lock-{:016x}", u64::from_le_bytes(bytes)))
+}
+
+impl<B: LeaseBackend> LeaseClient<B> {
+    /// Prepares a lease on `name` in one call; `.await` it for a [`LeaseGuard`].
+    ///
+    /// The name is hashed ([`ResourceDigest::of`]): it never reaches the server. Set the TTL,
+    /// wait, purpose and operation on the builder.
+    ///
+    /// ```no_run
+    /// # async fn demo<B: leasehold::LeaseBackend>(client: leasehold::LeaseClient<B>) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    ///
+    /// let guard = client
+    ///     .lock("orders/42")
+    ///     .ttl(Duration::from_secs(30))
+    ///     .wait(Duration::from_secs(10))
+    ///     .await?;
+    /// let fence = guard.fence(); // pass it to every write
+    /// # let _ = fence;
+    /// guard.release().await;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A [`LockError`] when no guard could be given: another holder kept the lease through the
+    /// wait, the server could not be reached, the outcome stayed unknown (and is being
+    /// cleaned up), or the input was refused before any I/O.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future never leaves a lease nobody knows about: a grant it may have made
+    /// is released in the background, as with [`acquire`](Self::acquire).
+    pub fn lock(&self, name: impl AsRef<[u8]>) -> LockBuilder<'_, B> {
+        LockBuilder {
+            client: self,
+            resource: ResourceDigest::of(name),
+            purpose: None,
+            operation: None,
+            ttl: DEFAULT_LOCK_TTL,
+            wait: Duration::ZERO,
+        }
+    }
+
+    /// Runs `work` under a lease on `name` of `ttl`, taken without waiting: a shorthand for
+    /// `self.lock(name).ttl(ttl).run(work)` (see [`LockBuilder::run`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`LockBuilder::run`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockBuilder::run`].
+    pub async fn run<T, F, Fut>(
+        &self,
+        name: impl AsRef<[u8]>,
+        ttl: Duration,
+        work: F,
+    ) -> Result<T, RunError<T>>
+    where
+        F: FnOnce(HeldLease<B>) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.lock(name).ttl(ttl).run(work).await
+    }
+}
