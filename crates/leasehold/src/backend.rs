@@ -57,7 +57,9 @@ impl Grant {
         self.fence
     }
 
-    /// Returns the TTL every renewal sets (the request's TTL; renewals never shorten it).
+    /// Returns the TTL every renewal sets (the request's TTL; renewals never shorten it). A
+    /// grant with a minimum hold is renewed for the longer of this and what is left of the
+    /// hold, which the server knows from the stored grant.
     pub fn ttl(&self) -> Duration {
         self.ttl
     }
