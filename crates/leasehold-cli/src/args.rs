@@ -96,15 +96,29 @@ lease. When the command exits, whatever it left running in its process group get
 SIGKILL after --grace (capped the same way), while the lease is still kept; then the lease is
 released.
 
+The grant carries a holder name (--holder, by default <hostname>:<pid>), which `inspect` shows
+and a refused run prints. It is public text, not a secret.
+
+With --hold-at-least D, the lease is kept at least D after it was granted (by Redis's clock),
+even if the command exits sooner or leasehold dies: until then every other run is refused (exit
+75). For a run-once job started on several hosts whose clocks differ, a D above the skew makes
+it run once per schedule tick. D only keeps the key: the command is still stopped when the
+lease's TTL runs out unrenewed.
+
 The command runs in its own process group, and signals go to the whole group, so that stopping
 it also stops whatever it started. It is meant for non-interactive commands.";
 
 const INSPECT_LONG_ABOUT: &str = "\
-Print who holds the lease on RESOURCE: held (fence, time left, holder fingerprint) or free.
+Print who holds the lease on RESOURCE: held (fence, time left, holder fingerprint and name) or
+free. A lease released before its minimum hold (`run --hold-at-least`) ended is shown as held,
+kept after release until the hold ends.
 
-The holder is a fingerprint of its owner token (16 hex digits), never the token itself.
+The holder is a fingerprint of its owner token (16 hex digits), never the token itself, and the
+name the holder gave (`run --holder`), if any.
 With --json, prints one object:
   {\"state\":\"held\"|\"free\",\"fence\":N|null,\"remaining_ms\":N|null,\"holder\":\"...\"|null}
+and, when the holder gave a name or the lease is kept after release, two more keys:
+  \"holder_name\":\"...\"|null,\"released\":true|false
 
 Exit status: 0 held or free, 69 Redis unavailable or no answer, 2 usage error.";
 
@@ -138,6 +152,16 @@ pub(crate) struct RunArgs {
     /// How long to wait for the lease if another holder has it (0s: try once).
     #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_duration)]
     pub(crate) wait: Duration,
+
+    /// A name for this holder, shown by `inspect` and to runs refused the lease (at most 128
+    /// bytes, no control characters) [default: <hostname>:<pid>].
+    #[arg(long, value_name = "NAME", env = "LEASEHOLD_HOLDER")]
+    pub(crate) holder: Option<String>,
+
+    /// Keep the lease at least this long after the grant, even if the command exits sooner or
+    /// leasehold dies (e.g. 5m), so that a run-once job started on several hosts runs once.
+    #[arg(long, value_name = "D", env = "LEASEHOLD_HOLD_AT_LEAST", value_parser = parse_duration)]
+    pub(crate) hold_at_least: Option<Duration>,
 
     /// Time between SIGTERM and SIGKILL when the lease is lost, or for what the command leaves
     /// running when it exits (capped by what is left of the lease).
@@ -198,6 +222,27 @@ mod tests {
         assert_eq!(run.grace, Duration::from_secs(5));
         assert_eq!(run.purpose, "cli");
         assert_eq!(run.command, ["sh", "-c", "exit 3"]);
+    }
+
+    #[test]
+    fn run_takes_a_holder_name_and_a_minimum_hold() {
+        let cli = Cli::try_parse_from([
+            "leasehold",
+            "run",
+            "r",
+            "--holder",
+            "host-3",
+            "--hold-at-least",
+            "1m 30s",
+            "--",
+            "true",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run");
+        };
+        assert_eq!(run.holder.as_deref(), Some("host-3"));
+        assert_eq!(run.hold_at_least, Some(Duration::from_secs(90)));
     }
 
     #[test]

@@ -10,11 +10,13 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::time::Duration;
 
 use leasehold_redis::leasehold::{
-    Attempt, DriftBudget, LeaseRequest, MAX_WAIT, OperationId, Purpose, ResourceDigest,
+    Attempt, DriftBudget, HolderName, LeaseRequest, MAX_TTL, MAX_WAIT, OperationId, Purpose,
+    ResourceDigest,
 };
 use leasehold_redis::{RedisBackend, RedisSettings};
 
 use crate::args::{Cli, Command, InspectArgs, RunArgs};
+use crate::holder::default_holder_name;
 use crate::redact::mask_url;
 use crate::stop::StopPolicy;
 
@@ -181,6 +183,26 @@ fn run(url: &str, settings: RedisSettings, args: RunArgs) -> Result<RunConfig, C
             humantime::format_duration(MAX_WAIT),
         ))
     })?;
+    // The name is public text shown to operators; the error never repeats it (it may hold
+    // the control characters it is refused for).
+    let holder = match &args.holder {
+        Some(name) => Some(HolderName::new(name).map_err(|e| usage(format!("--holder: {e}")))?),
+        None => default_holder_name(),
+    };
+    let request = match holder {
+        Some(name) => request.with_holder_name(name),
+        None => request,
+    };
+    let request = match args.hold_at_least {
+        Some(hold) => request.with_min_hold(hold).map_err(|e| {
+            usage(format!(
+                "--hold-at-least {}: {e} (at most {})",
+                humantime::format_duration(hold),
+                humantime::format_duration(MAX_TTL),
+            ))
+        })?,
+        None => request,
+    };
     if args.grace > MAX_GRACE {
         return Err(usage(format!(
             "--grace {}: must be at most {}",
@@ -257,10 +279,40 @@ mod tests {
         assert_eq!(run.request.purpose().as_str(), "cli");
         assert_eq!(run.program, "sh");
         assert_eq!(run.args, ["-c", "true"]);
+        // By default: no minimum hold, and this host and process as the holder name.
+        assert_eq!(run.request.min_hold(), None);
+        let name = run.request.holder_name().expect("a default holder name");
+        assert!(
+            name.as_str().ends_with(&std::process::id().to_string()),
+            "{name}"
+        );
         // Timeouts scaled to the short lease.
         let settings = run.target.backend.settings();
         assert_eq!(settings.command_timeout(), Duration::from_millis(200));
         assert_eq!(settings.connect_timeout(), Duration::from_millis(200));
+    }
+
+    #[test]
+    fn a_holder_name_and_a_minimum_hold_go_into_the_request() {
+        let Ok(Config::Run(run)) = config(&[
+            "run",
+            "r",
+            "--holder",
+            "nightly on host-3",
+            "--hold-at-least",
+            "1500ms",
+            "--",
+            "true",
+        ]) else {
+            panic!("not a run config");
+        };
+        assert_eq!(
+            run.request.holder_name().map(HolderName::as_str),
+            Some("nightly on host-3")
+        );
+        assert_eq!(run.request.min_hold(), Some(Duration::from_millis(1500)));
+        // The TTL and the timeouts scaled to it are the TTL's, not the hold's.
+        assert_eq!(run.request.ttl(), Duration::from_secs(30));
     }
 
     #[test]
@@ -288,6 +340,16 @@ mod tests {
             (&["run", "r", "--ttl", "2days", "--", "true"], "--ttl"),
             (&["run", "r", "--wait", "2h", "--", "true"], "--wait 2h"),
             (&["run", "r", "--grace", "2h", "--", "true"], "--grace 2h"),
+            (
+                &["run", "r", "--hold-at-least", "2days", "--", "true"],
+                "--hold-at-least 2days",
+            ),
+            (
+                &["run", "r", "--hold-at-least", "1500us", "--", "true"],
+                "whole number",
+            ),
+            (&["run", "r", "--holder", "", "--", "true"], "--holder"),
+            (&["run", "r", "--holder", "a\nb", "--", "true"], "--holder"),
             (&["run", "r", "--purpose", "Bad", "--", "true"], "--purpose"),
             (&["run", "", "--", "true"], "RESOURCE"),
             (&["run", "r", "--", ""], "no command"),

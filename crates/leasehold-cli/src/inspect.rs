@@ -59,7 +59,10 @@ pub(crate) async fn inspect(config: InspectConfig) -> u8 {
     }
 }
 
-/// The `--json` object: the same four keys, in the documented order, whether held or free.
+/// The `--json` object: the same four keys, in the documented order, whether held or free;
+/// then `holder_name` and `released` when the holder gave a name or the lease is kept after
+/// release for its minimum hold, so that the object of a lease with neither is what it was
+/// before holder names existed.
 fn to_json(view: Option<&LeaseView>) -> String {
     let (state, fence, remaining_ms, holder) = match view {
         None => ("free", Value::Null, Value::Null, Value::Null),
@@ -74,9 +77,18 @@ fn to_json(view: Option<&LeaseView>) -> String {
                 .map_or(Value::Null, |h| json!(h.as_str())),
         ),
     };
+    let extra = view
+        .filter(|view| view.holder_name.is_some() || view.released)
+        .map_or_else(String::new, |view| {
+            let name = view
+                .holder_name
+                .as_ref()
+                .map_or(Value::Null, |name| json!(name.as_str()));
+            format!(r#","holder_name":{name},"released":{}"#, view.released)
+        });
     // serde_json's maps sort their keys; scripts read the keys in this order in the docs.
     format!(
-        r#"{{"state":{},"fence":{fence},"remaining_ms":{remaining_ms},"holder":{holder}}}"#,
+        r#"{{"state":{},"fence":{fence},"remaining_ms":{remaining_ms},"holder":{holder}{extra}}}"#,
         json!(state)
     )
 }
@@ -85,10 +97,14 @@ fn describe(view: Option<&LeaseView>) -> String {
     let Some(view) = view else {
         return "free".to_owned();
     };
-    let holder = view
+    let mut holder = view
         .holder
         .as_ref()
         .map_or_else(|| "an unreadable holder".to_owned(), |h| h.to_string());
+    if let Some(name) = &view.holder_name {
+        // Quoted: a name may hold spaces and commas. It never holds a control character.
+        holder.push_str(&format!(" ({:?})", name.as_str()));
+    }
     let fence = view
         .fence
         .map_or_else(|| "no fence".to_owned(), |f| format!("fence {f}"));
@@ -96,13 +112,18 @@ fn describe(view: Option<&LeaseView>) -> String {
         || "no expiry".to_owned(),
         |d| format!("{} left", format_duration(d)),
     );
+    if view.released {
+        return format!(
+            "released by {holder} and kept until its minimum hold ends, {fence}, {left}"
+        );
+    }
     format!("held by {holder}, {fence}, {left}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leasehold_redis::leasehold::{FenceToken, HolderFingerprint};
+    use leasehold_redis::leasehold::{FenceToken, HolderFingerprint, HolderName};
     use std::time::Duration;
 
     fn held() -> LeaseView {
@@ -127,6 +148,38 @@ mod tests {
         assert_eq!(
             to_json(Some(&unreadable)),
             r#"{"state":"held","fence":null,"remaining_ms":null,"holder":null}"#
+        );
+    }
+
+    #[test]
+    fn json_adds_the_holder_name_and_released_when_there_are_any() {
+        let named = held().with_holder_name(HolderName::new("host-3:4711").unwrap());
+        assert_eq!(
+            to_json(Some(&named)),
+            r#"{"state":"held","fence":7,"remaining_ms":29812,"holder":"a9993e364706816a","holder_name":"host-3:4711","released":false}"#
+        );
+        let kept = held().with_released(true);
+        assert_eq!(
+            to_json(Some(&kept)),
+            r#"{"state":"held","fence":7,"remaining_ms":29812,"holder":"a9993e364706816a","holder_name":null,"released":true}"#
+        );
+        // A name is JSON-escaped like any string.
+        let quoted = held().with_holder_name(HolderName::new(r#"a "b" \ c"#).unwrap());
+        let parsed: Value = serde_json::from_str(&to_json(Some(&quoted))).unwrap();
+        assert_eq!(parsed["holder_name"], r#"a "b" \ c"#);
+    }
+
+    #[test]
+    fn the_sentence_names_the_holder_and_a_kept_release() {
+        let named = held().with_holder_name(HolderName::new("host-3:4711").unwrap());
+        assert_eq!(
+            describe(Some(&named)),
+            "held by a9993e364706816a (\"host-3:4711\"), fence 7, 29s 812ms left"
+        );
+        assert_eq!(
+            describe(Some(&named.with_released(true))),
+            "released by a9993e364706816a (\"host-3:4711\") and kept until its minimum hold \
+             ends, fence 7, 29s 812ms left"
         );
     }
 

@@ -10,7 +10,7 @@
 //! - [`config`]: validation into what the commands act on;
 //! - [`run`]: acquire, supervise the command, release; [`supervise`]: the command under the
 //!   lease; [`stop`]: when and how it is stopped; [`signals`]: the signals passed on;
-//! - [`inspect`]: who holds a lease;
+//! - [`inspect`]: who holds a lease; [`holder`]: the holder name a run gives its grant;
 //! - [`demo`] and [`local_redis`]: the fencing story on an ephemeral redis-server;
 //! - [`redact`]: URLs fit to print; [`duration`]: durations in flags and messages.
 
@@ -22,6 +22,7 @@ mod config;
 mod demo;
 mod duration;
 mod exit;
+mod holder;
 mod inspect;
 mod local_redis;
 mod redact;

@@ -183,12 +183,19 @@ async fn acquire(
 fn not_acquired(outcome: AcquireOutcome<RedisBackend>, request: &LeaseRequest, shown: &str) -> u8 {
     match outcome {
         AcquireOutcome::Contended(c) | AcquireOutcome::OwnerOperationConflict(c) => {
-            let holder = c
+            let mut holder = c
                 .holder
                 .map_or_else(|| "another owner".to_owned(), |h| h.to_string());
-            let fence = c
+            if let Some(name) = &c.holder_name {
+                holder.push_str(&format!(" ({:?})", name.as_str()));
+            }
+            let mut fence = c
                 .fence
                 .map_or_else(String::new, |f| format!(" with fence {f}"));
+            if c.released {
+                // The holder is done; its minimum hold keeps everyone out a while longer.
+                fence.push_str(", released and kept until its minimum hold ends");
+            }
             let within = if request.wait_timeout().is_zero() {
                 String::new()
             } else {

@@ -6,8 +6,21 @@
 -- ARGV[1]  owner token         Base64URL, never contains ':'
 -- ARGV[2]  operation id        printable ASCII, may contain ':'
 -- ARGV[3]  TTL in milliseconds positive integer
+-- ARGV[4]  min hold in milliseconds, "0" for none: the key stays at least this long after
+--          the grant, whatever its holder does (release.lua keeps it, renew.lua never
+--          shortens it)
+-- ARGV[5]  holder name, "" for none: UTF-8 without control characters, so never a newline
 --
--- The stored value is "<fence>:<owner token>:<operation id>".
+-- The stored value is "<fence>:<owner token>:<operation id>" when there is neither a hold
+-- nor a holder name, byte for byte as before both existed. Otherwise it is
+--
+--   "<fence>:<owner token>:<operation id>\n<hold until>\n<holder name>"
+--
+-- where <hold until> is the server's clock (TIME) in microseconds plus the hold, or empty,
+-- and <holder name> may be empty. Neither an operation id nor a holder name contains a
+-- newline, so the first newline ends the grant. After a release before the hold ends, the
+-- owner token is replaced by "~" and the token's holder fingerprint (see release.lua): "~" is
+-- not Base64URL, so no attempt's token matches it again.
 --
 -- Fences are decimal strings from 1 to 9223372036854775807 (2^63 - 1), compared and counted
 -- as strings, never as Lua numbers: those are doubles, which print 10^14 as "1e+14" and
@@ -23,12 +36,17 @@
 -- type, or the counter holds something that is not a fence or is at the top of the range.
 --
 -- Replies (fence is a decimal string, pttl an integer; holder is the first 16 hex digits of
--- SHA-1 of the holder's token, or "" when the stored value is not ours):
---   {1, fence, pttl}          granted: the key was absent; the counter was moved to the fence
+-- SHA-1 of the holder's token, or "" when the stored value is not ours; name is the holder
+-- name or ""; released is 1 for a key kept after release until its hold ends, else 0):
+--   {1, fence, pttl}          granted: the key was absent; the counter was moved to the fence;
+--                             pttl is max(TTL, min hold)
 --   {2, fence, pttl}          replay: this attempt already holds it; the TTL is NOT extended
 --                             and pttl is the key's current remaining time
---   {3, fence, pttl, holder}  conflict: the same owner token holds it for another operation
---   {0, fence, pttl, holder}  contended: another owner holds it (fence "0": unreadable value)
+--   {3, fence, pttl, holder, name, 0}
+--                             conflict: the same owner token holds it for another operation
+--   {0, fence, pttl, holder, name, released}
+--                             contended: another owner holds it, or a released grant's hold
+--                             keeps it (fence "0", holder "": unreadable value)
 --   {-2, what}                nothing written: what is "lease-type", "counter-type",
 --                             "counter-value" or "fence-range"
 local TOP = '9223372036854775807'
@@ -76,20 +94,44 @@ if not current then
   if not above(now, counter) then
     fence = succ(counter)
   end
+  local value = fence .. ':' .. ARGV[1] .. ':' .. ARGV[2]
+  -- Strings, not Lua numbers, go to SET: a number would be formatted by Redis.
+  local px = ARGV[3]
+  if ARGV[4] ~= '0' or ARGV[5] ~= '' then
+    local hold_until = ''
+    if ARGV[4] ~= '0' then
+      -- Microseconds are below 2^53 until the year 2255, so a double holds them exactly.
+      local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+      hold_until = string.format('%.0f', now_us + tonumber(ARGV[4]) * 1000)
+      if tonumber(ARGV[4]) > tonumber(ARGV[3]) then
+        px = ARGV[4]
+      end
+    end
+    value = value .. '\n' .. hold_until .. '\n' .. ARGV[5]
+  end
   redis.call('SET', KEYS[2], fence)
-  redis.call('SET', KEYS[1], fence .. ':' .. ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[3])
-  return {1, fence, tonumber(ARGV[3])}
+  redis.call('SET', KEYS[1], value, 'PX', px)
+  return {1, fence, tonumber(px)}
 end
 local pttl = redis.call('PTTL', KEYS[1])
-local fence, token, operation = string.match(current, '^(%d+):([^:]+):(.*)$')
+-- The grant is what comes before the first newline; the name follows the second.
+local grant, name = string.match(current, '^([^\n]*)\n%d*\n(.*)$')
+if not grant then
+  grant, name = current, ''
+end
+local fence, token, operation = string.match(grant, '^(%d+):([^:]+):(.*)$')
 if not fence then
-  return {0, '0', pttl, ''}
+  return {0, '0', pttl, '', '', 0}
+end
+if string.sub(token, 1, 1) == '~' then
+  -- Released before its hold ended: no one's grant, and never this attempt's again.
+  return {0, fence, pttl, string.sub(token, 2), name, 1}
 end
 local holder = string.sub(redis.sha1hex(token), 1, 16)
 if token == ARGV[1] then
   if operation == ARGV[2] then
     return {2, fence, pttl}
   end
-  return {3, fence, pttl, holder}
+  return {3, fence, pttl, holder, name, 0}
 end
-return {0, fence, pttl, holder}
+return {0, fence, pttl, holder, name, 0}

@@ -7,10 +7,16 @@
 -- ARGV[1]  owner token of the inspecting attempt, or "" to inspect without one
 -- ARGV[2]  operation id of the inspecting attempt, or ""
 --
--- Replies (fence a decimal string, holder as in acquire.lua):
+-- The stored value is read in both of its forms (acquire.lua describes them).
+--
+-- Replies (fence a decimal string, holder, name and released as in acquire.lua):
 --   {0}                         free: the key is absent
---   {1, fence, pttl, holder}    held by the inspecting attempt (same token and operation)
---   {2, fence, pttl, holder}    held by someone else (fence "0", holder "": unreadable value)
+--   {1, fence, pttl, holder, name, 0}
+--                               held by the inspecting attempt (same token and operation)
+--   {2, fence, pttl, holder, name, released}
+--                               held by someone else, or kept after release until its
+--                               minimum hold ends (released 1); fence "0", holder "":
+--                               unreadable value
 --   {-2, what}                  a key cannot be used, as in acquire.lua: what is
 --                               "lease-type", "counter-type", "counter-value" or "fence-range"
 local TOP = '9223372036854775807'
@@ -42,12 +48,20 @@ if not current then
   return {0}
 end
 local pttl = redis.call('PTTL', KEYS[1])
-local fence, token, operation = string.match(current, '^(%d+):([^:]+):(.*)$')
+-- The grant is what comes before the first newline; the name follows the second.
+local grant, name = string.match(current, '^([^\n]*)\n%d*\n(.*)$')
+if not grant then
+  grant, name = current, ''
+end
+local fence, token, operation = string.match(grant, '^(%d+):([^:]+):(.*)$')
 if not fence then
-  return {2, '0', pttl, ''}
+  return {2, '0', pttl, '', '', 0}
+end
+if string.sub(token, 1, 1) == '~' then
+  return {2, fence, pttl, string.sub(token, 2), name, 1}
 end
 local holder = string.sub(redis.sha1hex(token), 1, 16)
 if ARGV[1] ~= '' and token == ARGV[1] and operation == ARGV[2] then
-  return {1, fence, pttl, holder}
+  return {1, fence, pttl, holder, name, 0}
 end
-return {2, fence, pttl, holder}
+return {2, fence, pttl, holder, name, 0}

@@ -9,8 +9,20 @@
 --          cleanup after an acquire whose reply was lost)
 -- ARGV[4]  sharded   "1" to announce with SPUBLISH (sharded pub/sub, Cluster), else PUBLISH
 --
--- Deletes only the exact grant "<fence>:<owner token>:<operation id>". The fence counter is
--- never deleted. After a release the fence is published on the release channel, so that
+-- Releases only the exact grant "<fence>:<owner token>:<operation id>", which is the stored
+-- value up to its first newline (acquire.lua describes both forms of the value). The fence
+-- counter is never deleted.
+--
+-- A grant whose minimum hold has not ended is not deleted: the value is rewritten with the
+-- owner token replaced by "~" and the token's holder fingerprint (16 hex digits), keeping the
+-- fence, the hold and the holder name, and the key's TTL is set to what is left of the hold.
+-- The grant is gone (no token matches "~", so neither renew, nor this release, nor a replay
+-- of the acquire finds it), but the key keeps everyone out until the hold ends. Nothing is
+-- published then: a waiter woken now would only be contended. Releasing that record again,
+-- by the attempt that released it (its reply lost), finds it by the fingerprint and answers
+-- {1} again, changing nothing.
+--
+-- Otherwise the key is deleted and the fence is published on the release channel, so that
 -- waiters retry at once; an expiry publishes nothing. On a cluster the channel is a shard
 -- channel in the lease's slot, so SPUBLISH reaches the subscribers of this node only, with no
 -- broadcast over the cluster bus. An announcement the server refuses (an ACL without the
@@ -18,9 +30,12 @@
 -- (allow-oom).
 --
 -- Replies:
---   {1}    released: the key was deleted and the release published
+--   {1}    released: the key was deleted and the release published, or the grant was
+--          turned into a record kept until its hold ends
 --   {0}    absent: nothing to delete
 --   {-1}   another grant, or a value of another type, holds the key; it was left alone
+local MAX_HOLD_MS = 86400000
+
 local current = redis.pcall('GET', KEYS[1])
 if type(current) == 'table' then
   return {-1}
@@ -28,12 +43,31 @@ end
 if not current then
   return {0}
 end
+local grant, hold_until, name = string.match(current, '^([^\n]*)\n(%d*)\n(.*)$')
+if not grant then
+  grant, hold_until, name = current, '', ''
+end
 local fence = ARGV[3]
 if fence == '' then
-  fence = string.match(current, '^(%d+):') or ''
+  fence = string.match(grant, '^(%d+):') or ''
 end
-if current ~= fence .. ':' .. ARGV[1] .. ':' .. ARGV[2] then
+local holder = string.sub(redis.sha1hex(ARGV[1]), 1, 16)
+if grant ~= fence .. ':' .. ARGV[1] .. ':' .. ARGV[2] then
+  if hold_until ~= '' and grant == fence .. ':~' .. holder .. ':' .. ARGV[2] then
+    return {1}
+  end
   return {-1}
+end
+if hold_until ~= '' then
+  local time = redis.call('TIME')
+  local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  -- Bounded by the longest hold a request may ask for, should the clock have stepped back.
+  local left = math.min(math.ceil((tonumber(hold_until) - now_us) / 1000), MAX_HOLD_MS)
+  if left > 0 then
+    local record = fence .. ':~' .. holder .. ':' .. ARGV[2] .. '\n' .. hold_until .. '\n' .. name
+    redis.call('SET', KEYS[1], record, 'PX', string.format('%d', left))
+    return {1}
+  end
 end
 redis.call('DEL', KEYS[1])
 -- The announcement is a hint that wakes waiters early. It must not turn a release that

@@ -183,6 +183,8 @@ impl LeaseBackend for RedisBackend {
             owner_token: attempt.owner_token().expose_secret(),
             operation_id: attempt.operation().as_str(),
             ttl_in_milliseconds: request.ttl_millis(),
+            min_hold_in_milliseconds: request.min_hold_millis(),
+            holder_name: request.holder_name().map_or("", |name| name.as_str()),
         };
         let gate = self.settings.replication();
         let reply = self.link.eval(&call, gate).await;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use leasehold::backend::{AcquireReply, GrantReply, ReleaseReply, RenewReply};
 use leasehold::{
-    Contention, Failure, FenceToken, HolderFingerprint, InspectOutcome, LeaseView, LossCause,
-    Unavailable, UnavailableCause, UnusableKey,
+    Contention, Failure, FenceToken, HolderFingerprint, HolderName, InspectOutcome, LeaseView,
+    LossCause, Unavailable, UnavailableCause, UnusableKey,
 };
 use redis::Value;
 
@@ -109,6 +109,20 @@ fn holder(value: Option<&Value>) -> Option<HolderFingerprint> {
         .and_then(HolderFingerprint::parse)
 }
 
+/// A holder name; `None` for `""` (no name), and for anything that is not a valid name,
+/// which the scripts never store.
+fn holder_name(value: Option<&Value>) -> Option<HolderName> {
+    text(value)
+        .and_then(|bytes| std::str::from_utf8(bytes).ok())
+        .filter(|name| !name.is_empty())
+        .and_then(|name| HolderName::new(name).ok())
+}
+
+/// The released flag: true only for exactly 1 (replies from before it existed have none).
+fn released(value: Option<&Value>) -> bool {
+    int(value) == Some(1)
+}
+
 /// Decodes an `acquire.lua` reply.
 pub(crate) fn acquire(value: &Value, fallback: Duration) -> Result<AcquireReply, UnexpectedReply> {
     let bad = || unexpected("acquire", value);
@@ -133,6 +147,8 @@ pub(crate) fn acquire(value: &Value, fallback: Duration) -> Result<AcquireReply,
             holder(items.get(3)),
             fence(Some(fence_v)),
         )
+        .with_holder_name(holder_name(items.get(4)))
+        .with_released(released(items.get(5)))
     };
     match status {
         1 => Ok(AcquireReply::Granted(grant()?)),
@@ -185,7 +201,9 @@ pub(crate) fn inspect(value: &Value) -> Result<InspectOutcome, UnexpectedReply> 
         fence(items.get(1)),
         int(items.get(2)).and_then(pttl),
         holder(items.get(3)),
-    );
+    )
+    .with_holder_name(holder_name(items.get(4)))
+    .with_released(released(items.get(5)));
     match status {
         1 => Ok(InspectOutcome::HeldByThisAttempt(view)),
         2 => Ok(InspectOutcome::HeldByOther(view)),
@@ -272,6 +290,67 @@ mod tests {
             FALLBACK,
         ) {
             Ok(AcquireReply::OwnerOperationConflict(c)) => assert_eq!(c.retry_after, FALLBACK),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn holder_names_and_released_records_decode() {
+        let fp = "0123456789abcdef";
+        match acquire(
+            &arr(vec![
+                Value::Int(0),
+                bulk("9"),
+                Value::Int(1500),
+                bulk(fp),
+                bulk("host-3:4711"),
+                Value::Int(1),
+            ]),
+            FALLBACK,
+        ) {
+            Ok(AcquireReply::Contended(c)) => {
+                assert_eq!(c.holder.unwrap().as_str(), fp);
+                assert_eq!(c.holder_name.unwrap().as_str(), "host-3:4711");
+                assert!(c.released);
+                assert_eq!(c.retry_after, Duration::from_millis(1500));
+            }
+            other => panic!("{other:?}"),
+        }
+        // No name, a live grant; and a name the scripts would never store is no name.
+        for (name, flag) in [("", 0), ("bad\nname", 0), ("x", 7)] {
+            match acquire(
+                &arr(vec![
+                    Value::Int(0),
+                    bulk("9"),
+                    Value::Int(1500),
+                    bulk(fp),
+                    bulk(name),
+                    Value::Int(flag),
+                ]),
+                FALLBACK,
+            ) {
+                Ok(AcquireReply::Contended(c)) => {
+                    assert_eq!(c.holder_name.map(|n| n.as_str().to_owned()), {
+                        (name == "x").then(|| "x".to_owned())
+                    });
+                    assert!(!c.released, "{flag}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        match inspect(&arr(vec![
+            Value::Int(2),
+            bulk("4"),
+            Value::Int(900),
+            bulk(fp),
+            bulk("host-3"),
+            Value::Int(1),
+        ])) {
+            Ok(InspectOutcome::HeldByOther(view)) => {
+                assert_eq!(view.holder_name.unwrap().as_str(), "host-3");
+                assert!(view.released);
+                assert_eq!(view.fence, FenceToken::new(4));
+            }
             other => panic!("{other:?}"),
         }
     }

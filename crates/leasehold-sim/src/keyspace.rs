@@ -3,20 +3,47 @@
 //!
 //! Keys are named as the adapter names them, without its namespace and key version:
 //! `<purpose>:{<digest>}` for the lease and the same with `:fence` for its counter. A lease's
-//! value is what the scripts store, `"<fence>:<token>:<operation>"`, kept here as its parts.
+//! value is what the scripts store, `"<fence>:<token>:<operation>"`, followed by
+//! `"\n<hold until>\n<holder name>"` when the grant has a minimum hold or a holder name, kept
+//! here as its parts. A grant released before its hold ended is kept as a record whose token
+//! is `"~"` and the released token's fingerprint, as `release.lua` writes it.
 
 use std::collections::BTreeMap;
 
-use leasehold::{Purpose, ResourceDigest};
+use leasehold::{HolderFingerprint, HolderName, Purpose, ResourceDigest};
 
-/// What the server stores for a lease: its fence, owner token and operation, and its expiry
-/// by the server's clock. No `Debug`: it holds an owner token.
+/// What the server stores for a lease: its fence, owner token and operation, its minimum hold
+/// and holder name, and its expiry by the server's clock. No `Debug`: it holds an owner token.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Stored {
     pub(crate) fence: u64,
+    /// The owner token, or for a record kept after release, [`RELEASED`] and the released
+    /// token's fingerprint.
     pub(crate) token: String,
     pub(crate) operation: String,
     pub(crate) expires_at_ms: i64,
+    /// When the minimum hold ends, by the server's clock in microseconds.
+    pub(crate) hold_until_us: Option<i64>,
+    pub(crate) holder_name: Option<HolderName>,
+}
+
+/// What a released record's token opens with: not Base64URL, so no owner token is ever equal
+/// to a released record's.
+pub(crate) const RELEASED: char = '~';
+
+impl Stored {
+    /// Returns true if and only if this is a grant released before its hold ended.
+    pub(crate) fn is_released(&self) -> bool {
+        self.token.starts_with(RELEASED)
+    }
+
+    /// Returns the holder's fingerprint: of its token, or the one a released record keeps.
+    pub(crate) fn holder(&self) -> Option<HolderFingerprint> {
+        match self.token.strip_prefix(RELEASED) {
+            Some(kept) => HolderFingerprint::parse(kept),
+            None => Some(HolderFingerprint::of_token_text(&self.token)),
+        }
+    }
 }
 
 /// Every key on the server: lease keys and fence counters. Cloned whole for the snapshots a

@@ -5,21 +5,27 @@
 //! release act only for the exact stored (fence, token, operation); PTTLs are whole
 //! milliseconds. A new grant's fence is `max(counter + 1, server clock in microseconds)`, and
 //! the counter becomes that fence; a counter at [`FenceToken::MAX`] (or above, which is no
-//! fence) fails the acquire definitely, with nothing written. The differential test against
-//! real redis-server holds the two to the same replies.
+//! fence) fails the acquire definitely, with nothing written.
+//!
+//! A minimum hold works as in the scripts: a grant's TTL is `max(ttl, hold)`, a renewal's
+//! `max(ttl, hold left)`, and a release before the hold ends keeps the key as a released
+//! record (token `~<fingerprint>`, same fence and holder name) until the hold ends, answering
+//! `Released`; the same attempt releasing it again is answered `Released` with nothing
+//! changed. The differential tests against real redis-server hold the two to the same
+//! replies.
 
 use std::time::Duration;
 
 use leasehold::backend::{AcquireReply, GrantReply, ReleaseReply, RenewReply};
 use leasehold::{
-    Contention, Failure, FenceToken, HolderFingerprint, LossCause, Unavailable, UnavailableCause,
-    UnusableKey,
+    Contention, Failure, FenceToken, HolderFingerprint, HolderName, LossCause, MAX_TTL,
+    Unavailable, UnavailableCause, UnusableKey,
 };
 
 use crate::RequestKind;
-use crate::keyspace::{Stored, fence_key};
+use crate::keyspace::{RELEASED, Stored, fence_key};
 use crate::state::ServerState;
-use crate::units::duration_ms;
+use crate::units::{duration_ms, millis};
 
 /// A grant as renew and release name it: its fence, owner token and operation.
 pub(crate) type Exact = (u64, String, String);
@@ -32,6 +38,9 @@ pub(crate) enum WireOp {
         token: String,
         operation: String,
         ttl_ms: i64,
+        /// Zero for none.
+        min_hold_ms: i64,
+        holder_name: Option<HolderName>,
     },
     Renew {
         key: String,
@@ -41,6 +50,13 @@ pub(crate) enum WireOp {
     Release {
         key: String,
         exact: Exact,
+    },
+    /// A release of whatever grant the attempt holds, whatever its fence (`release.lua` with
+    /// an empty fence).
+    ReleaseAttempt {
+        key: String,
+        token: String,
+        operation: String,
     },
 }
 
@@ -62,6 +78,8 @@ impl ServerState {
                 token,
                 operation,
                 ttl_ms,
+                min_hold_ms,
+                holder_name,
             } => match self.keyspace.live(key, now) {
                 None => {
                     let counter_key = fence_key(key);
@@ -79,6 +97,7 @@ impl ServerState {
                         .unwrap_or(0)
                         .min(FenceToken::MAX.get());
                     let fence = (counter + 1).max(clock);
+                    let px = (*ttl_ms).max(*min_hold_ms);
                     self.before_write();
                     self.keyspace.fences.insert(counter_key, fence);
                     self.keyspace.leases.insert(
@@ -87,12 +106,15 @@ impl ServerState {
                             fence,
                             token: token.clone(),
                             operation: operation.clone(),
-                            expires_at_ms: now + ttl_ms,
+                            expires_at_ms: now + px,
+                            hold_until_us: (*min_hold_ms > 0)
+                                .then(|| now_us.saturating_add(min_hold_ms.saturating_mul(1000))),
+                            holder_name: holder_name.clone(),
                         },
                     );
                     Applied::Acquire(AcquireReply::Granted(GrantReply::new(
                         FenceToken::new(fence).unwrap_or(FenceToken::MIN),
-                        duration_ms(*ttl_ms),
+                        duration_ms(px),
                     )))
                 }
                 Some(stored) => {
@@ -104,9 +126,12 @@ impl ServerState {
                         } else {
                             fallback
                         },
-                        Some(HolderFingerprint::of_token_text(&stored.token)),
+                        stored.holder(),
                         Some(fence),
-                    );
+                    )
+                    .with_holder_name(stored.holder_name.clone())
+                    .with_released(stored.is_released());
+                    // A released record's token never equals an owner token.
                     Applied::Acquire(if stored.token == *token {
                         if stored.operation == *operation {
                             AcquireReply::Replayed(GrantReply::new(fence, duration_ms(pttl)))
@@ -125,29 +150,81 @@ impl ServerState {
                 }
                 Some(stored) => {
                     self.audit(RequestKind::Renew, &stored, exact);
+                    let ttl_ms = (*ttl_ms).max(hold_left_ms(&stored, now_us));
                     self.before_write();
                     if let Some(stored) = self.keyspace.leases.get_mut(key) {
                         stored.expires_at_ms = now + ttl_ms;
                     }
                     Applied::Renew(RenewReply::Renewed {
-                        server_ttl: duration_ms(*ttl_ms),
+                        server_ttl: duration_ms(ttl_ms),
                     })
                 }
             },
-            WireOp::Release { key, exact } => match self.keyspace.live(key, now) {
-                None => Applied::Release(ReleaseReply::AlreadyGone),
-                Some(stored) if !matches_exact(&stored, exact) => {
-                    Applied::Release(ReleaseReply::NotOwner)
-                }
-                Some(stored) => {
-                    self.audit(RequestKind::Release, &stored, exact);
-                    self.before_write();
-                    self.keyspace.leases.remove(key);
-                    Applied::Release(ReleaseReply::Released)
-                }
-            },
+            WireOp::Release { key, exact } => self.release(key, exact, now_us),
+            WireOp::ReleaseAttempt {
+                key,
+                token,
+                operation,
+            } => {
+                // The fence is whatever the stored grant carries.
+                let Some(fence) = self.keyspace.live(key, now).map(|s| s.fence) else {
+                    return Applied::Release(ReleaseReply::AlreadyGone);
+                };
+                self.release(key, &(fence, token.clone(), operation.clone()), now_us)
+            }
         }
     }
+
+    /// Releases exactly `exact`: deletes it, or keeps it as a released record until its
+    /// minimum hold ends.
+    fn release(&mut self, key: &str, exact: &Exact, now_us: i64) -> Applied {
+        let now = now_us.div_euclid(1000);
+        let Some(stored) = self.keyspace.live(key, now) else {
+            return Applied::Release(ReleaseReply::AlreadyGone);
+        };
+        let record_token = released_token(&exact.1);
+        if !matches_exact(&stored, exact) {
+            // The same attempt's release again, after one that kept the record: answered as
+            // it was, changing nothing.
+            let again = stored.is_released()
+                && stored.hold_until_us.is_some()
+                && (stored.fence, &stored.token, &stored.operation)
+                    == (exact.0, &record_token, &exact.2);
+            return Applied::Release(if again {
+                ReleaseReply::Released
+            } else {
+                ReleaseReply::NotOwner
+            });
+        }
+        self.audit(RequestKind::Release, &stored, exact);
+        self.before_write();
+        let left = hold_left_ms(&stored, now_us);
+        if left > 0 {
+            if let Some(kept) = self.keyspace.leases.get_mut(key) {
+                kept.token = record_token;
+                kept.expires_at_ms = now + left;
+            }
+        } else {
+            self.keyspace.leases.remove(key);
+        }
+        Applied::Release(ReleaseReply::Released)
+    }
+}
+
+/// What is left of `stored`'s minimum hold at `now_us`, in whole milliseconds rounded up: 0
+/// if it has none or it has ended, and at most [`MAX_TTL`] (a clock stepped back).
+fn hold_left_ms(stored: &Stored, now_us: i64) -> i64 {
+    stored.hold_until_us.map_or(0, |until| {
+        let left_us = until.saturating_sub(now_us);
+        // Ceiling division, as the scripts' math.ceil.
+        let left = left_us.div_euclid(1000) + i64::from(left_us.rem_euclid(1000) != 0);
+        left.clamp(0, millis(MAX_TTL))
+    })
+}
+
+/// The token of the record a release before the hold's end leaves: `~` and the fingerprint.
+fn released_token(token: &str) -> String {
+    format!("{RELEASED}{}", HolderFingerprint::of_token_text(token))
 }
 
 /// Returns what is wrong with a fence counter that no new grant can follow, if anything.

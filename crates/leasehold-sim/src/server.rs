@@ -249,17 +249,33 @@ impl SimServer {
         self.lock().keyspace.fences.get(&key).copied()
     }
 
-    /// Returns the grant the server holds for the resource now, if any.
+    /// Returns the grant the server holds for the resource now, if any. A key kept after
+    /// release until its minimum hold ends holds no grant: `None` (see
+    /// [`is_held_after_release`](Self::is_held_after_release)).
     pub fn stored(&self, purpose: &Purpose, resource: &ResourceDigest) -> Option<StoredGrant> {
         let mut state = self.lock();
         let now = self.server_now(&state);
         let stored = state.keyspace.live(&key_of(purpose, resource), now)?;
+        if stored.is_released() {
+            return None;
+        }
         Some(StoredGrant {
             fence: FenceToken::new(stored.fence)?,
             holder: HolderFingerprint::of_token_text(&stored.token),
             operation: stored.operation,
             server_ttl: duration_ms(stored.expires_at_ms - now),
         })
+    }
+
+    /// Returns true if and only if the resource's key is kept now after its grant was
+    /// released, until the grant's minimum hold ends.
+    pub fn is_held_after_release(&self, purpose: &Purpose, resource: &ResourceDigest) -> bool {
+        let mut state = self.lock();
+        let now = self.server_now(&state);
+        state
+            .keyspace
+            .live(&key_of(purpose, resource), now)
+            .is_some_and(|stored| stored.is_released())
     }
 
     /// Makes a client connection with `command_timeout` for lost requests and replies.
@@ -280,8 +296,10 @@ impl SimServer {
         let view = LeaseView::new(
             FenceToken::new(stored.fence),
             (pttl > 0).then(|| duration_ms(pttl)),
-            Some(HolderFingerprint::of_token_text(&stored.token)),
-        );
+            stored.holder(),
+        )
+        .with_holder_name(stored.holder_name.clone())
+        .with_released(stored.is_released());
         let mine = attempt.is_some_and(|a| {
             a.owner_token().expose_secret() == stored.token
                 && a.operation().as_str() == stored.operation

@@ -4,8 +4,8 @@
 use std::fmt;
 
 use leasehold::{
-    AcquireOutcome, FenceGate, FenceToken, HolderFingerprint, InspectOutcome, LeaseBackend,
-    LeaseClient, LeaseHandle, LeaseRequest, LeaseState, ReleaseOutcome, RenewOutcome,
+    AcquireOutcome, FenceGate, FenceToken, HolderFingerprint, HolderName, InspectOutcome,
+    LeaseBackend, LeaseClient, LeaseHandle, LeaseRequest, LeaseState, ReleaseOutcome, RenewOutcome,
 };
 
 use crate::scenario::RESOURCES;
@@ -43,6 +43,19 @@ fn state_name(state: LeaseState) -> String {
     format!("{state:?}")
 }
 
+/// What a contention or view adds when the grant has a holder name or was released for its
+/// minimum hold; nothing otherwise, so that signatures without either read as they always did.
+fn extras(name: Option<&HolderName>, released: bool) -> String {
+    let mut text = String::new();
+    if let Some(name) = name {
+        text.push_str(&format!(" name {:?}", name.as_str()));
+    }
+    if released {
+        text.push_str(" released");
+    }
+    text
+}
+
 impl<B: LeaseBackend> World<B> {
     /// Makes a world over `clients` (one per scenario client).
     pub fn new(clients: Vec<LeaseClient<B>>) -> Self {
@@ -69,8 +82,12 @@ impl<B: LeaseBackend> World<B> {
     }
 
     /// Runs a lease step (`request` from the shared [`RequestBook`](crate::RequestBook)) and returns a signature
-    /// of what happened that does not depend on timing: the outcome, fences, holders and the
+    /// of what happened that does not depend on timing: the outcome, fences, holders (with
+    /// their holder names and whether the key is kept after release, when so) and the
     /// handle's state. Steps that are not lease calls return `None`.
+    ///
+    /// The request, not the step, says what is asked for: a test may pass requests with a
+    /// minimum hold or a holder name of its own making for an `Acquire` step.
     pub async fn apply(
         &mut self,
         step: &Step,
@@ -102,11 +119,13 @@ impl<B: LeaseBackend> World<B> {
                     AcquireOutcome::Contended(c) => sig
                         .text("Contended(")
                         .maybe_fence(c.fence)
-                        .text(&format!(", {:?})", c.holder)),
+                        .text(&format!(", {:?})", c.holder))
+                        .text(&extras(c.holder_name.as_ref(), c.released)),
                     AcquireOutcome::OwnerOperationConflict(c) => sig
                         .text("Conflict(")
                         .maybe_fence(c.fence)
-                        .text(&format!(", {:?})", c.holder)),
+                        .text(&format!(", {:?})", c.holder))
+                        .text(&extras(c.holder_name.as_ref(), c.released)),
                     AcquireOutcome::Indeterminate { .. } => sig.text("Indeterminate"),
                     AcquireOutcome::Unavailable(_) => sig.text("Unavailable"),
                     AcquireOutcome::Overloaded => sig.text("Overloaded"),
@@ -167,11 +186,13 @@ impl<B: LeaseBackend> World<B> {
                     InspectOutcome::HeldByThisAttempt(v) => sig
                         .text("Mine(")
                         .maybe_fence(v.fence)
-                        .text(&format!(", {:?})", v.holder)),
+                        .text(&format!(", {:?})", v.holder))
+                        .text(&extras(v.holder_name.as_ref(), v.released)),
                     InspectOutcome::HeldByOther(v) => sig
                         .text("Other(")
                         .maybe_fence(v.fence)
-                        .text(&format!(", {:?})", v.holder)),
+                        .text(&format!(", {:?})", v.holder))
+                        .text(&extras(v.holder_name.as_ref(), v.released)),
                     InspectOutcome::Indeterminate(_) => sig.text("Indeterminate"),
                     other => sig.text(&format!("{other:?}")),
                 }

@@ -57,7 +57,9 @@ impl Grant {
         self.fence
     }
 
-    /// Returns the TTL every renewal sets (the request's TTL; renewals never shorten it).
+    /// Returns the TTL every renewal sets (the request's TTL; renewals never shorten it). A
+    /// grant with a minimum hold is renewed for the longer of this and what is left of the
+    /// hold, which the server knows from the stored grant.
     pub fn ttl(&self) -> Duration {
         self.ttl
     }
@@ -170,7 +172,19 @@ impl ReleaseWatch {
 ///   the same token and the *current* remaining TTL without extending it;
 /// - `renew` and `release` act only if the stored grant is exactly the given one (owner token,
 ///   operation id and fence);
-/// - `renew` sets the TTL to the grant's TTL;
+/// - `renew` sets the TTL to the grant's TTL, or to what is left of the grant's minimum hold
+///   if that is longer;
+/// - a request's minimum hold ([`LeaseRequest::min_hold`]) keeps the key at least that long
+///   after the grant, by the server's clock: the grant's TTL is `max(ttl, min_hold)`, and a
+///   release (or `release_attempt`) before the hold ends answers
+///   [`ReleaseReply::Released`] but keeps the key, turned into a record that is no longer the
+///   attempt's grant (renew, release-by-fence and replay no longer match it; acquires are
+///   contended, [`Contention::released`] set), with the same fence and holder name, until
+///   the hold ends; it sends no release notice. Releasing such a record again, by the attempt
+///   that released it, answers `Released` and changes nothing;
+/// - a request's holder name ([`LeaseRequest::holder_name`]) is stored with the grant and
+///   returned by `inspect` ([`LeaseView::holder_name`](crate::LeaseView::holder_name)) and in
+///   contention ([`Contention::holder_name`]); it is never the owner token;
 /// - a [`Failure::Unavailable`] or [`Failure::Overloaded`] is returned only when the command
 ///   was certainly not applied; anything uncertain is [`Failure::Indeterminate`].
 pub trait LeaseBackend: Send + Sync + 'static {

@@ -17,6 +17,10 @@ pub enum ErrorKind {
     InvalidTtl,
     /// A wait timeout was above the maximum.
     InvalidWaitTimeout,
+    /// A minimum hold was not a whole number of milliseconds, or above the maximum TTL.
+    InvalidMinHold,
+    /// A holder name was empty, too long, or held a control or invisible character.
+    InvalidHolderName,
     /// A drift budget was out of its documented bounds.
     InvalidDriftBudget,
     /// A setting (namespace, key version, timeout, limit…) was out of its documented bounds,
@@ -73,6 +77,8 @@ impl fmt::Display for ErrorKind {
             ErrorKind::InvalidResourceDigest => "invalid resource digest",
             ErrorKind::InvalidTtl => "invalid TTL",
             ErrorKind::InvalidWaitTimeout => "invalid wait timeout",
+            ErrorKind::InvalidMinHold => "invalid minimum hold",
+            ErrorKind::InvalidHolderName => "invalid holder name",
             ErrorKind::InvalidDriftBudget => "invalid drift budget",
             ErrorKind::InvalidSetting => "invalid setting",
             ErrorKind::InvalidRecordName => "invalid record name",

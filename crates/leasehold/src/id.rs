@@ -1,4 +1,5 @@
-//! Identities: operations, attempts and their secret owner tokens, purposes, resource digests.
+//! Identities: operations, attempts and their secret owner tokens, purposes, resource digests,
+//! and the holder names callers give their grants.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,6 +17,8 @@ pub const MAX_OPERATION_ID_LEN: usize = 128;
 pub const MAX_PURPOSE_LEN: usize = 64;
 /// Number of random bytes in an owner token.
 pub const OWNER_TOKEN_BYTES: usize = 24;
+/// The longest [`HolderName`], in bytes.
+pub const MAX_HOLDER_NAME_LEN: usize = 128;
 
 /// The caller's identifier for one logical operation (a job run, a request id).
 ///
@@ -236,6 +239,84 @@ impl fmt::Display for Attempt {
     }
 }
 
+/// A name the caller gives its grant, for operators: `host-3:4711`, `billing-worker-2`.
+///
+/// It is stored with the grant and shown by inspection and in contention ("held by host-3"),
+/// so that a person can tell who holds a lease without matching fingerprints. It is public
+/// text, never a secret: it is not the owner token, proves nothing and grants nothing (only
+/// the token renews or releases), and two holders may well give the same name.
+///
+/// 1 to [`MAX_HOLDER_NAME_LEN`] bytes of UTF-8 with no control character (so no line break,
+/// which the stored value uses as its separator) and none of the invisible characters that
+/// can make a name print as another: bidirectional overrides and isolates, line and paragraph
+/// separators, zero-width marks and the byte-order mark. Spaces are allowed.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct HolderName(
+    // Shared: a worker gives every lease it takes the same name, and every request and view
+    // holds one, so a clone costs a reference count, not a string.
+    Arc<str>,
+);
+
+impl HolderName {
+    /// Validates `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidHolderName`] if `name` is empty, longer than
+    /// [`MAX_HOLDER_NAME_LEN`] bytes, or contains a control character or one of the invisible
+    /// characters listed on [`HolderName`].
+    pub fn new(name: &str) -> Result<Self, Error> {
+        if name.is_empty() || name.len() > MAX_HOLDER_NAME_LEN {
+            return Err(Error::new(
+                ErrorKind::InvalidHolderName,
+                format!(
+                    "must be 1 to {MAX_HOLDER_NAME_LEN} bytes, got {} bytes",
+                    name.len()
+                ),
+            ));
+        }
+        if let Some((at, c)) = name.char_indices().find(|&(_, c)| !is_printable(c)) {
+            return Err(Error::new(
+                ErrorKind::InvalidHolderName,
+                format!(
+                    "byte {at} is U+{:04X}, a control or invisible character",
+                    u32::from(c)
+                ),
+            ));
+        }
+        Ok(Self(name.into()))
+    }
+
+    /// Returns the name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Returns true if and only if `c` may appear in a [`HolderName`].
+fn is_printable(c: char) -> bool {
+    const INVISIBLE: &[char] = &[
+        '\u{200B}', '\u{200C}', '\u{200D}', '\u{200E}', '\u{200F}', // zero-width, marks
+        '\u{2028}', '\u{2029}', // line and paragraph separators
+        '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}', '\u{202E}', // embeddings, overrides
+        '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}', // isolates
+        '\u{FEFF}', // byte-order mark
+    ];
+    !c.is_control() && !INVISIBLE.contains(&c)
+}
+
+impl fmt::Debug for HolderName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("HolderName").field(&self.as_str()).finish()
+    }
+}
+
+impl fmt::Display for HolderName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// Why a resource is leased: `[a-z0-9._-]{1,64}`, part of the key.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Purpose(
@@ -393,6 +474,50 @@ mod tests {
             let err = OperationId::new(bad).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidOperationId, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn holder_names_are_bounded_printable_utf8() {
+        for good in [
+            "host-3:4711",
+            "billing worker 2",
+            "hôte-é",
+            "ホスト",
+            &"n".repeat(MAX_HOLDER_NAME_LEN),
+        ] {
+            assert_eq!(HolderName::new(good).unwrap().as_str(), good);
+        }
+        // 64 two-byte characters: 128 bytes, at the bound.
+        assert!(HolderName::new(&"é".repeat(64)).is_ok());
+        for bad in [
+            "",
+            "line\nbreak",
+            "cr\r",
+            "tab\t",
+            "nul\0",
+            "esc\u{1b}[31m",
+            "del\u{7f}",
+            "c1\u{85}",
+            "rtl\u{202E}txet",
+            "zero\u{200B}width",
+            "sep\u{2028}",
+            "bom\u{FEFF}",
+            &"n".repeat(MAX_HOLDER_NAME_LEN + 1),
+            &"é".repeat(65),
+        ] {
+            assert_eq!(
+                HolderName::new(bad).unwrap_err().kind(),
+                ErrorKind::InvalidHolderName,
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_refused_holder_name_is_not_echoed_raw() {
+        let err = HolderName::new("a\u{1b}]0;pwned\u{7}").unwrap_err();
+        let text = err.to_string();
+        assert!(!text.chars().any(char::is_control), "{text:?}");
     }
 
     #[test]

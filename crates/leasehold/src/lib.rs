@@ -85,7 +85,9 @@ pub use clock::{BootClock, Clock, ManualClock, MonotonicInstant, TokioClock};
 pub use error::{Error, ErrorKind};
 pub use fence::{FenceGate, FenceToken, Guarantee, StaleFence};
 pub use handle::LeaseHandle;
-pub use id::{Attempt, HolderFingerprint, OperationId, OwnerToken, Purpose, ResourceDigest};
+pub use id::{
+    Attempt, HolderFingerprint, HolderName, OperationId, OwnerToken, Purpose, ResourceDigest,
+};
 pub use keepalive::{
     KeepAliveSettings, KeptLease, LossReason, LossSignal, Scoped, Uncovered, Watchdog,
 };

@@ -12,7 +12,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::fence::FenceToken;
-use crate::id::HolderFingerprint;
+use crate::id::{HolderFingerprint, HolderName};
 use crate::state::LeaseState;
 
 /// Why a command was definitely not applied.
@@ -189,10 +189,16 @@ pub struct Contention {
     pub holder: Option<HolderFingerprint>,
     /// The holder's fencing token, when the server could tell.
     pub fence: Option<FenceToken>,
+    /// The name the holder gave its grant, if it gave one
+    /// ([`LeaseRequest::with_holder_name`](crate::LeaseRequest::with_holder_name)).
+    pub holder_name: Option<HolderName>,
+    /// True if and only if the holder has already released its grant, and the key is kept
+    /// only until the grant's minimum hold ends; `retry_after` is then what is left of it.
+    pub released: bool,
 }
 
 impl Contention {
-    /// Makes a `Contention`.
+    /// Makes a `Contention`, with no holder name and not released.
     pub fn new(
         retry_after: Duration,
         holder: Option<HolderFingerprint>,
@@ -202,7 +208,22 @@ impl Contention {
             retry_after,
             holder,
             fence,
+            holder_name: None,
+            released: false,
         }
+    }
+
+    /// Returns this contention with the holder's name.
+    pub fn with_holder_name(mut self, name: impl Into<Option<HolderName>>) -> Self {
+        self.holder_name = name.into();
+        self
+    }
+
+    /// Returns this contention marked as met by a key kept after release for its minimum
+    /// hold (`true`), or by a live grant (`false`).
+    pub fn with_released(mut self, released: bool) -> Self {
+        self.released = released;
+        self
     }
 }
 
@@ -310,10 +331,16 @@ pub struct LeaseView {
     pub server_ttl: Option<Duration>,
     /// The holder's fingerprint, if the stored value carries one.
     pub holder: Option<HolderFingerprint>,
+    /// The name the holder gave its grant, if it gave one.
+    pub holder_name: Option<HolderName>,
+    /// True if and only if the holder released its grant and the key is kept only until the
+    /// grant's minimum hold ends (`server_ttl` is then what is left of it). No one holds a
+    /// grant on it, and no one can be granted the lease before it goes.
+    pub released: bool,
 }
 
 impl LeaseView {
-    /// Makes a `LeaseView`.
+    /// Makes a `LeaseView`, with no holder name and not released.
     pub fn new(
         fence: Option<FenceToken>,
         server_ttl: Option<Duration>,
@@ -323,7 +350,22 @@ impl LeaseView {
             fence,
             server_ttl,
             holder,
+            holder_name: None,
+            released: false,
         }
+    }
+
+    /// Returns this view with the holder's name.
+    pub fn with_holder_name(mut self, name: impl Into<Option<HolderName>>) -> Self {
+        self.holder_name = name.into();
+        self
+    }
+
+    /// Returns this view marked as a key kept after release for its minimum hold (`true`),
+    /// or as a live grant (`false`).
+    pub fn with_released(mut self, released: bool) -> Self {
+        self.released = released;
+        self
     }
 }
 
@@ -360,11 +402,19 @@ impl From<Failure> for InspectOutcome {
 impl fmt::Display for Contention {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("held by another")?;
-        if let Some(holder) = &self.holder {
-            write!(f, " (holder {holder})")?;
+        match (&self.holder, &self.holder_name) {
+            (Some(holder), Some(name)) => {
+                write!(f, " (holder {holder}, named {:?})", name.as_str())?
+            }
+            (Some(holder), None) => write!(f, " (holder {holder})")?,
+            (None, Some(name)) => write!(f, " (named {:?})", name.as_str())?,
+            (None, None) => {}
         }
         if let Some(fence) = self.fence {
             write!(f, " with fence {fence}")?;
+        }
+        if self.released {
+            f.write_str(", released and kept until its minimum hold ends")?;
         }
         write!(f, "; retry after {:?}", self.retry_after)
     }
@@ -416,8 +466,14 @@ impl fmt::Display for LeaseView {
         if let Some(holder) = &self.holder {
             parts.push(format!("holder {holder}"));
         }
+        if let Some(name) = &self.holder_name {
+            parts.push(format!("named {:?}", name.as_str()));
+        }
         if let Some(fence) = self.fence {
             parts.push(format!("fence {fence}"));
+        }
+        if self.released {
+            parts.push("released, kept until its minimum hold ends".to_owned());
         }
         match self.server_ttl {
             Some(ttl) => parts.push(format!("expires in {ttl:?}")),
@@ -502,6 +558,39 @@ mod tests {
         assert_eq!(
             contention.to_string(),
             "held by another with fence 9; retry after 120ms"
+        );
+    }
+
+    #[test]
+    fn holder_names_and_held_after_release_are_shown() {
+        let name = HolderName::new("host-3:4711").unwrap();
+        let holder = HolderFingerprint::parse("a9993e364706816a");
+        let contention = Contention::new(Duration::from_millis(120), holder, FenceToken::new(9))
+            .with_holder_name(name.clone());
+        assert_eq!(contention.holder_name.as_ref(), Some(&name));
+        assert!(!contention.released);
+        assert_eq!(
+            contention.to_string(),
+            "held by another (holder a9993e364706816a, named \"host-3:4711\") with fence 9; \
+             retry after 120ms"
+        );
+        let kept = contention.with_released(true);
+        assert_eq!(
+            kept.to_string(),
+            "held by another (holder a9993e364706816a, named \"host-3:4711\") with fence 9, \
+             released and kept until its minimum hold ends; retry after 120ms"
+        );
+        let view = LeaseView::new(FenceToken::new(9), Some(Duration::from_secs(1)), None)
+            .with_holder_name(name)
+            .with_released(true);
+        assert_eq!(
+            view.to_string(),
+            "named \"host-3:4711\", fence 9, released, kept until its minimum hold ends, \
+             expires in 1s"
+        );
+        assert_eq!(
+            LeaseView::new(None, None, None).with_holder_name(None),
+            LeaseView::new(None, None, None)
         );
     }
 }

@@ -1,9 +1,14 @@
 //! Lease requests and the drift budget, validated before any I/O.
+//!
+//! A request names the resource, the attempt and the TTL, and may carry two options that
+//! travel with the grant: a [`HolderName`] for operators, and a minimum hold (ShedLock's
+//! `lockAtLeastFor`) that keeps the key on the server for a while after the grant whatever the
+//! holder does, for run-once jobs on hosts whose clocks differ.
 
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind};
-use crate::id::{Attempt, Purpose, ResourceDigest};
+use crate::id::{Attempt, HolderName, Purpose, ResourceDigest};
 
 /// The shortest TTL a request may ask for.
 pub const MIN_TTL: Duration = Duration::from_millis(1);
@@ -84,7 +89,27 @@ impl Default for DriftBudget {
 /// - the TTL is a whole number of milliseconds from [`MIN_TTL`] to [`MAX_TTL`], and strictly
 ///   above the drift it will be reduced by (`DriftBudget::for_ttl`), so every grant leaves a
 ///   positive validity;
-/// - the wait timeout is at most [`MAX_WAIT`]; zero means "try once".
+/// - the wait timeout is at most [`MAX_WAIT`]; zero means "try once";
+/// - a minimum hold, if any, is a whole number of milliseconds up to [`MAX_TTL`].
+///
+/// # Minimum hold
+///
+/// With [`with_min_hold`](Self::with_min_hold), a grant keeps the key on the server for at
+/// least that long after it was made (by the server's clock), whatever the holder does:
+///
+/// - the grant is made with a server TTL of `max(ttl, min_hold)`, and every renewal sets
+///   `max(ttl, what is left of the hold)`;
+/// - a release before the hold ends answers `Released` (this grant is gone: it can no longer
+///   be renewed, released again or replayed), but leaves the key in place, marked as released,
+///   until the hold ends, and sends no release notice. Until then, every acquire, a replay of
+///   the released attempt included, is contended, with `retry_after` the hold's remaining time.
+///   After the hold, a release deletes the key as it would without one;
+/// - a holder that dies leaves the key until the later of its TTL and its hold.
+///
+/// A run-once job that takes a lease with a hold longer than the clock skew between its hosts
+/// therefore cannot run twice for one schedule tick, even if the first run finished at once.
+/// The handle's validity is not changed by a hold: it is still `min(ttl, reply PTTL) − drift`,
+/// so a hold never makes work look covered for longer than the TTL it asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRequest {
     purpose: Purpose,
@@ -93,6 +118,9 @@ pub struct LeaseRequest {
     ttl: Duration,
     wait_timeout: Duration,
     drift: DriftBudget,
+    /// Zero for none.
+    min_hold: Duration,
+    holder_name: Option<HolderName>,
 }
 
 impl LeaseRequest {
@@ -117,6 +145,8 @@ impl LeaseRequest {
             ttl,
             wait_timeout: Duration::ZERO,
             drift,
+            min_hold: Duration::ZERO,
+            holder_name: None,
         })
     }
 
@@ -136,7 +166,40 @@ impl LeaseRequest {
         Ok(self)
     }
 
-    /// Returns a copy of this request for another attempt (same resource, TTL and wait).
+    /// Returns this request with a minimum hold: the key stays on the server at least `hold`
+    /// after the grant, even if it is released earlier or its holder dies (see
+    /// [the type's docs](Self#minimum-hold)). Zero means no minimum hold.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidMinHold`] if `hold` has a sub-millisecond part or is above
+    /// [`MAX_TTL`].
+    pub fn with_min_hold(mut self, hold: Duration) -> Result<Self, Error> {
+        if hold > MAX_TTL {
+            return Err(Error::new(
+                ErrorKind::InvalidMinHold,
+                format!("must be at most {MAX_TTL:?}, got {hold:?}"),
+            ));
+        }
+        if !hold.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(Error::new(
+                ErrorKind::InvalidMinHold,
+                format!("must be a whole number of milliseconds, got {hold:?}"),
+            ));
+        }
+        self.min_hold = hold;
+        Ok(self)
+    }
+
+    /// Returns this request with a holder name, stored with the grant and shown to whoever
+    /// inspects the lease or is contended by it.
+    pub fn with_holder_name(mut self, name: HolderName) -> Self {
+        self.holder_name = Some(name);
+        self
+    }
+
+    /// Returns a copy of this request for another attempt (same resource, TTL, wait, minimum
+    /// hold and holder name).
     pub fn for_attempt(&self, attempt: Attempt) -> Self {
         Self {
             attempt,
@@ -173,6 +236,22 @@ impl LeaseRequest {
     /// Returns the wait timeout.
     pub fn wait_timeout(&self) -> Duration {
         self.wait_timeout
+    }
+
+    /// Returns the minimum hold, if the request has one.
+    pub fn min_hold(&self) -> Option<Duration> {
+        (!self.min_hold.is_zero()).then_some(self.min_hold)
+    }
+
+    /// Returns the minimum hold in milliseconds, as sent to the server: 0 for none.
+    pub fn min_hold_millis(&self) -> u64 {
+        // Bounded by MAX_TTL, so this never truncates.
+        u64::try_from(self.min_hold.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Returns the holder name, if the request has one.
+    pub fn holder_name(&self) -> Option<&HolderName> {
+        self.holder_name.as_ref()
     }
 
     /// Returns the drift budget this request's validity will be reduced by.
@@ -289,9 +368,65 @@ mod tests {
     }
 
     #[test]
+    fn min_hold_is_whole_milliseconds_up_to_the_max_ttl() {
+        let r = request(Duration::from_secs(1)).unwrap();
+        assert_eq!(r.min_hold(), None);
+        assert_eq!(r.min_hold_millis(), 0);
+        let held = r.clone().with_min_hold(Duration::from_secs(3)).unwrap();
+        assert_eq!(held.min_hold(), Some(Duration::from_secs(3)));
+        assert_eq!(held.min_hold_millis(), 3000);
+        assert_eq!(held.ttl(), Duration::from_secs(1));
+        assert_eq!(
+            r.clone().with_min_hold(MAX_TTL).unwrap().min_hold(),
+            Some(MAX_TTL)
+        );
+        // Zero is no hold; a hold shorter than the TTL is allowed (the TTL then rules).
+        assert_eq!(
+            r.clone().with_min_hold(Duration::ZERO).unwrap().min_hold(),
+            None
+        );
+        assert!(r.clone().with_min_hold(Duration::from_millis(1)).is_ok());
+        for bad in [
+            MAX_TTL + Duration::from_millis(1),
+            Duration::from_micros(1_500),
+            Duration::from_nanos(1),
+        ] {
+            assert_eq!(
+                r.clone().with_min_hold(bad).unwrap_err().kind(),
+                ErrorKind::InvalidMinHold,
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn holder_names_and_holds_carry_over_to_another_attempt() {
+        let name = HolderName::new("host-3:4711").unwrap();
+        let r = request(Duration::from_secs(1))
+            .unwrap()
+            .with_holder_name(name.clone())
+            .with_min_hold(Duration::from_secs(2))
+            .unwrap();
+        assert_eq!(r.holder_name(), Some(&name));
+        let other = r.for_attempt(Attempt::new(OperationId::new("op-2").unwrap()).unwrap());
+        assert_eq!(other.holder_name(), Some(&name));
+        assert_eq!(other.min_hold(), Some(Duration::from_secs(2)));
+        assert!(
+            request(Duration::from_secs(1))
+                .unwrap()
+                .holder_name()
+                .is_none()
+        );
+    }
+
+    #[test]
     fn request_debug_hides_the_token() {
         let r = request(Duration::from_secs(1)).unwrap();
         let token = r.attempt().owner_token().expose_secret().to_owned();
         assert!(!format!("{r:?}").contains(&token));
+        let named = r.with_holder_name(HolderName::new("host-3").unwrap());
+        let text = format!("{named:?}");
+        assert!(text.contains("host-3"), "{text}");
+        assert!(!text.contains(&token), "{text}");
     }
 }

@@ -29,6 +29,7 @@ const SPIN: &str = "i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done";
 
 mod demo;
 mod inspect;
+mod min_hold;
 mod privacy;
 mod run_command;
 mod run_faults;
@@ -46,6 +47,8 @@ fn leasehold(url: &str) -> Command {
         .env_remove("LEASEHOLD_REDIS_URL")
         .env_remove("LEASEHOLD_NAMESPACE")
         .env_remove("LEASEHOLD_REDIS_SERVER")
+        .env_remove("LEASEHOLD_HOLDER")
+        .env_remove("LEASEHOLD_HOLD_AT_LEAST")
         .arg("--redis")
         .arg(url)
         .stdin(Stdio::null());

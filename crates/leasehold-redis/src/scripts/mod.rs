@@ -372,5 +372,17 @@ mod tests {
         );
         let sent: [&[u8]; 6] = [b"1", b"lk", b"tok", b"op", b"9223372036854775807", b"1500"];
         assert_eq!(evalsha[2..], sent.map(<[u8]>::to_vec));
+
+        let acquire = AcquireCall {
+            lease_key: "lk".to_owned(),
+            fence_counter_key: "fk".to_owned(),
+            owner_token: "tok",
+            operation_id: "op",
+            ttl_in_milliseconds: 1500,
+            min_hold_in_milliseconds: 0,
+            holder_name: "",
+        };
+        let sent: [&[u8]; 8] = [b"2", b"lk", b"fk", b"tok", b"op", b"1500", b"0", b""];
+        assert_eq!(words(&acquire.evalsha())[2..], sent.map(<[u8]>::to_vec));
     }
 }
