@@ -295,3 +295,59 @@ async fn the_guard_debug_output_never_shows_the_owner_token() {
     assert!(!text.contains(&token), "{text}");
     assert_eq!(guard.release().await, ReleaseOutcome::Released);
 }
+
+#[tokio::test]
+async fn a_minimum_hold_keeps_a_second_caller_out_after_release_then_lets_it_in() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let hold = Duration::from_millis(1500);
+    let first = client
+        .lock("nightly")
+        .ttl(Duration::from_secs(30))
+        .min_hold(hold)
+        .await
+        .expect("free");
+    let fence = first.fence();
+    assert_eq!(first.release().await, ReleaseOutcome::Released);
+    let started = std::time::Instant::now();
+    match client.lock("nightly").await {
+        Err(LockError::Contended(c)) => {
+            assert_eq!(c.fence, Some(fence));
+            assert!(c.retry_after <= hold, "{c}");
+        }
+        other => panic!("expected Contended after an early release, got {other:?}"),
+    }
+    // A waiter gets it once the hold has passed: no notice comes, the retry-after does it.
+    let second = client
+        .lock("nightly")
+        .wait(Duration::from_secs(10))
+        .await
+        .expect("granted after the hold");
+    assert!(started.elapsed() < hold + Duration::from_secs(5));
+    assert!(second.fence() > fence);
+    assert_eq!(second.release().await, ReleaseOutcome::Released);
+}
+
+#[tokio::test]
+async fn a_holder_name_given_to_lock_is_what_inspect_shows() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let name = leasehold_redis::leasehold::HolderName::new("worker-7 (pid 42)").unwrap();
+    let guard = client
+        .lock("named")
+        .holder_name(name.clone())
+        .await
+        .expect("free");
+    let purpose = Purpose::new(leasehold_redis::leasehold::lock::DEFAULT_PURPOSE).unwrap();
+    match client
+        .inspect(&purpose, &ResourceDigest::of("named"), None)
+        .await
+    {
+        leasehold_redis::leasehold::InspectOutcome::HeldByOther(view) => {
+            assert_eq!(view.holder_name, Some(name));
+            assert_eq!(view.fence, Some(guard.fence()));
+        }
+        other => panic!("expected HeldByOther, got {other:?}"),
+    }
+    assert_eq!(guard.release().await, ReleaseOutcome::Released);
+}

@@ -34,7 +34,7 @@ use crate::backend::LeaseBackend;
 use crate::client::{AcquireOutcome, LeaseClient};
 use crate::error::Error;
 use crate::handle::LeaseHandle;
-use crate::id::{Attempt, OperationId, Purpose, ResourceDigest};
+use crate::id::{Attempt, HolderName, OperationId, Purpose, ResourceDigest};
 use crate::outcome::ReleaseOutcome;
 use crate::request::LeaseRequest;
 
@@ -65,6 +65,8 @@ pub struct LockBuilder<'a, B: LeaseBackend> {
     operation: Option<OperationId>,
     ttl: Duration,
     wait: Duration,
+    min_hold: Duration,
+    holder_name: Option<HolderName>,
 }
 
 impl<B: LeaseBackend> fmt::Debug for LockBuilder<'_, B> {
@@ -75,6 +77,8 @@ impl<B: LeaseBackend> fmt::Debug for LockBuilder<'_, B> {
             .field("operation", &self.operation)
             .field("ttl", &self.ttl)
             .field("wait", &self.wait)
+            .field("min_hold", &self.min_hold)
+            .field("holder_name", &self.holder_name)
             .finish_non_exhaustive()
     }
 }
@@ -108,6 +112,23 @@ impl<'a, B: LeaseBackend> LockBuilder<'a, B> {
         self
     }
 
+    /// Keeps the key on the server at least `hold` after the grant, even when the guard is
+    /// released sooner or its process dies (ShedLock's `lockAtLeastFor`): a run-once job on
+    /// hosts whose clocks differ by seconds still runs once. See
+    /// [`LeaseRequest::with_min_hold`]; a bad value is refused when the lock is awaited,
+    /// before any I/O.
+    pub fn min_hold(mut self, hold: Duration) -> Self {
+        self.min_hold = hold;
+        self
+    }
+
+    /// Stores `name` with the grant, so that operators see who holds the lease
+    /// ([`LeaseClient::inspect`], `leasehold inspect`). Never the owner token; optional.
+    pub fn holder_name(mut self, name: HolderName) -> Self {
+        self.holder_name = Some(name);
+        self
+    }
+
     /// Builds the request, and checks that the client's watchdog can keep a lease of its TTL:
     /// all before any I/O.
     fn request(&self) -> Result<LeaseRequest, Error> {
@@ -127,7 +148,12 @@ impl<'a, B: LeaseBackend> LockBuilder<'a, B> {
                 Attempt::new(operation)?,
                 self.ttl,
             )?
-            .with_wait_timeout(self.wait)?;
+            .with_wait_timeout(self.wait)?
+            .with_min_hold(self.min_hold)?;
+        let request = match &self.holder_name {
+            Some(name) => request.with_holder_name(name.clone()),
+            None => request,
+        };
         self.client
             .watchdog()
             .settings()
@@ -251,7 +277,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
     /// Prepares a lease on `name` in one call; `.await` it for a [`LeaseGuard`].
     ///
     /// The name is hashed ([`ResourceDigest::of`]): it never reaches the server. Set the TTL,
-    /// wait, purpose and operation on the builder.
+    /// wait, purpose, operation, minimum hold and holder name on the builder.
     ///
     /// ```no_run
     /// # async fn demo<B: leasehold::LeaseBackend>(client: leasehold::LeaseClient<B>) -> Result<(), Box<dyn std::error::Error>> {
@@ -286,6 +312,8 @@ impl<B: LeaseBackend> LeaseClient<B> {
             operation: None,
             ttl: DEFAULT_LOCK_TTL,
             wait: Duration::ZERO,
+            min_hold: Duration::ZERO,
+            holder_name: None,
         }
     }
 
