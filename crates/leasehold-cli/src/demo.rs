@@ -252,10 +252,7 @@ async fn tell(backend: RedisBackend, origin: &str) -> anyhow::Result<()> {
         b.fence()
     );
     let watchdog = Watchdog::default();
-    let b = watchdog
-        .keep(b)
-        .map_err(|(e, _)| e)
-        .context("keeping B's lease alive")?;
+    let b = watchdog.keep(b).context("keeping B's lease alive")?;
     let changed = fenced_write(&db, "B", "packed by B", b.handle().fence())?;
     say!("      {changed} row changed: accepted.");
     if changed != 1 {

@@ -77,18 +77,14 @@ fn to_json(view: Option<&LeaseView>) -> String {
                 .map_or(Value::Null, |h| json!(h.as_str())),
         ),
     };
-    let extra = view
-        .filter(|view| view.holder_name.is_some() || view.released)
-        .map_or_else(String::new, |view| {
-            let name = view
-                .holder_name
-                .as_ref()
-                .map_or(Value::Null, |name| json!(name.as_str()));
-            format!(r#","holder_name":{name},"released":{}"#, view.released)
-        });
+    // Always present, so that a held and a free lease have one shape for scripts.
+    let name = view
+        .and_then(|view| view.holder_name.as_ref())
+        .map_or(Value::Null, |name| json!(name.as_str()));
+    let released = view.is_some_and(|view| view.released);
     // serde_json's maps sort their keys; scripts read the keys in this order in the docs.
     format!(
-        r#"{{"state":{},"fence":{fence},"remaining_ms":{remaining_ms},"holder":{holder}{extra}}}"#,
+        r#"{{"state":{},"fence":{fence},"remaining_ms":{remaining_ms},"holder":{holder},"holder_name":{name},"released":{released}}}"#,
         json!(state)
     )
 }

@@ -71,7 +71,8 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
     let watchdog = Watchdog::default();
     let kept = match watchdog.keep(lease) {
         Ok(kept) => kept,
-        Err((e, lease)) => {
+        Err(not_kept) => {
+            let (e, lease) = not_kept.into_parts();
             eprintln!("leasehold: cannot keep the lease alive: {e}; the command was not started");
             report_release(lease.release().await);
             return exit::UNAVAILABLE;

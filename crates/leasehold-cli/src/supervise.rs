@@ -352,7 +352,7 @@ mod tests {
             let AcquireOutcome::Acquired(lease) = client.try_acquire(&request).await else {
                 panic!("not acquired");
             };
-            let kept = Watchdog::default().keep(lease).map_err(|(e, _)| e).unwrap();
+            let kept = Watchdog::default().keep(lease).unwrap();
             Self {
                 server,
                 client,

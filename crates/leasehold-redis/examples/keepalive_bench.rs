@@ -171,7 +171,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     reset_peak();
     let kept: Vec<_> = handles
         .into_iter()
-        .map(|h| watchdog.keep(h).map_err(|(e, _)| e))
+        .map(|h| watchdog.keep(h))
         .collect::<Result<_, _>>()?;
     let evalsha = |s: &RedisServer| s.commandstats().get("evalsha").copied().unwrap_or(0);
     let (cpu0, calls0, t0) = (cpu(), evalsha(&server), Instant::now());

@@ -21,7 +21,7 @@ async fn renewals_alone_hold_a_lease_across_five_ttls() {
     let handle = client.try_acquire(&req).await.into_handle().expect("free");
     let fence = handle.fence();
     let watchdog = Watchdog::default();
-    let kept = watchdog.keep(handle).map_err(|(e, _)| e).unwrap();
+    let kept = watchdog.keep(handle).unwrap();
     tokio::time::sleep(ttl * 5).await;
     assert!(!kept.signal().is_lost(), "{:?}", kept.signal().reason());
     assert_eq!(kept.handle().state(), LeaseState::Active);
@@ -42,10 +42,7 @@ async fn a_stopped_server_fires_the_signal_before_validity_ends() {
     let client = client(&server);
     let req = request(&client, "k2", "op-a", Duration::from_secs(1));
     let handle = client.try_acquire(&req).await.into_handle().expect("free");
-    let kept = Watchdog::default()
-        .keep(handle)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let kept = Watchdog::default().keep(handle).unwrap();
     let _paused = server.pause();
     let reason = tokio::time::timeout(Duration::from_secs(5), kept.signal().lost())
         .await
@@ -67,10 +64,7 @@ async fn a_killed_server_is_unreachable() {
     let client = client(&server);
     let req = request(&client, "k3", "op-a", Duration::from_secs(1));
     let handle = client.try_acquire(&req).await.into_handle().expect("free");
-    let kept = Watchdog::default()
-        .keep(handle)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let kept = Watchdog::default().keep(handle).unwrap();
     server.kill();
     let reason = tokio::time::timeout(Duration::from_secs(5), kept.signal().lost())
         .await
@@ -90,10 +84,7 @@ async fn a_key_deleted_by_hand_is_lost_on_the_next_renewal() {
     let client = client(&server);
     let req = request(&client, "k4", "op-a", Duration::from_millis(600));
     let handle = client.try_acquire(&req).await.into_handle().expect("free");
-    let kept = Watchdog::default()
-        .keep(handle)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let kept = Watchdog::default().keep(handle).unwrap();
     server.cmd(&["DEL", &lease_key(&client, &req)]);
     let reason = tokio::time::timeout(Duration::from_secs(5), kept.signal().lost())
         .await
@@ -109,10 +100,7 @@ async fn no_renewal_follows_the_release_of_a_kept_lease() {
     let ttl = Duration::from_millis(150);
     let req = request(&client, "k5", "op-a", ttl);
     let handle = client.try_acquire(&req).await.into_handle().expect("free");
-    let kept = Watchdog::default()
-        .keep(handle)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let kept = Watchdog::default().keep(handle).unwrap();
     tokio::time::sleep(ttl).await;
     assert_eq!(kept.release().await, ReleaseOutcome::Released);
     let after = server.commandstats();
@@ -196,7 +184,7 @@ async fn work_that_finishes_after_its_grant_vanished_is_not_covered() {
     // A kept lease whose grant vanished: its release says so, and so does its signal.
     let req = request(&client, "k12", "op-a", Duration::from_secs(30));
     let handle = client.try_acquire(&req).await.into_handle().expect("free");
-    let kept = watchdog.keep(handle).map_err(|(e, _)| e).unwrap();
+    let kept = watchdog.keep(handle).unwrap();
     let signal = kept.signal().clone();
     server.cmd(&["DEL", &lease_key(&client, &req)]);
     assert_eq!(kept.release().await, ReleaseOutcome::AlreadyGone);
@@ -205,7 +193,7 @@ async fn work_that_finishes_after_its_grant_vanished_is_not_covered() {
     // the lease was lost, not released.
     let req = request(&client, "k11", "op-a", Duration::from_secs(30));
     let handle = client.try_acquire(&req).await.into_handle().expect("free");
-    let kept = watchdog.keep(handle).map_err(|(e, _)| e).unwrap();
+    let kept = watchdog.keep(handle).unwrap();
     let signal = kept.signal().clone();
     server.cmd(&["DEL", &lease_key(&client, &req)]);
     let other = client
@@ -233,8 +221,8 @@ async fn a_full_watchdog_refuses_with_a_typed_error() {
         .await
         .into_handle()
         .unwrap();
-    let kept = watchdog.keep(a).map_err(|(e, _)| e).unwrap();
-    let (error, b) = watchdog.keep(b).unwrap_err();
+    let kept = watchdog.keep(a).unwrap();
+    let (error, b) = watchdog.keep(b).unwrap_err().into_parts();
     assert_eq!(error.kind(), ErrorKind::WatchdogFull);
     assert_eq!(b.release().await, ReleaseOutcome::Released);
     assert_eq!(kept.release().await, ReleaseOutcome::Released);
@@ -254,7 +242,7 @@ async fn one_watchdog_keeps_many_leases_alive_with_few_renewals_in_flight() {
         let req = request(&client, &format!("many-{i}"), "op-a", ttl);
         let handle = client.try_acquire(&req).await.into_handle().expect("free");
         keys.push((lease_key(&client, &req), handle.fence()));
-        kept.push(watchdog.keep(handle).map_err(|(e, _)| e).unwrap());
+        kept.push(watchdog.keep(handle).unwrap());
     }
     let before = server.commandstats();
     tokio::time::sleep(ttl * 2 + Duration::from_millis(500)).await;

@@ -89,7 +89,7 @@ pub use id::{
     Attempt, HolderFingerprint, HolderName, OperationId, OwnerToken, Purpose, ResourceDigest,
 };
 pub use keepalive::{
-    KeepAliveSettings, KeptLease, LossReason, LossSignal, Scoped, Uncovered, Watchdog,
+    KeepAliveSettings, KeptLease, LossReason, LossSignal, NotKept, Scoped, Uncovered, Watchdog,
 };
 pub use lock::{HeldLease, LeaseGuard, LockBuilder, LockError, RunError};
 pub use outcome::{

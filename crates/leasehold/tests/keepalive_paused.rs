@@ -141,10 +141,7 @@ async fn renewals_run_at_the_cadence_in_virtual_time() {
             .with_cadence_divisor(divisor)
             .unwrap();
         // A temporary watchdog: the kept lease keeps its task running.
-        let kept = Watchdog::new(settings)
-            .keep(handle)
-            .map_err(|(e, _)| e)
-            .unwrap();
+        let kept = Watchdog::new(settings).keep(handle).unwrap();
         // Not a multiple of any cadence here, so no renewal is due at the very instant the
         // test looks.
         world.until(ms(10_600)).await;
@@ -170,10 +167,7 @@ async fn renewals_run_at_the_cadence_in_virtual_time() {
 async fn signal_when_renewals_go_unanswered(fault: Fault) -> (World, Duration, Duration) {
     let world = World::new(COMMAND_TIMEOUT);
     let watchdog = Watchdog::default();
-    let kept = watchdog
-        .keep(world.acquire("r").await)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let kept = watchdog.keep(world.acquire("r").await).unwrap();
     world.until(ms(1_500)).await;
     world.backend().inject_many(fault, 1_000);
     let reason = kept.signal().lost().await;
@@ -239,10 +233,7 @@ async fn lost_replies_fire_the_signal_at_the_margin_though_the_server_renewed() 
 async fn a_renewal_that_hangs_does_not_delay_the_signal() {
     // The backend would wait 10 s for a reply, far past the lease's validity.
     let world = World::new(ms(10_000));
-    let kept = Watchdog::default()
-        .keep(world.acquire("r").await)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let kept = Watchdog::default().keep(world.acquire("r").await).unwrap();
     world.backend().inject(Fault::LoseRequest);
     assert_eq!(kept.signal().lost().await, LossReason::Unreachable);
     // Granted at 0: the margin point is 2.36 s, while the renewal sent at 1 s still hangs.
@@ -260,10 +251,7 @@ async fn a_definite_loss_fires_at_the_next_renewal() {
     // The key is deleted (absent), or deleted and granted to another (other holder).
     for granted_to_another in [false, true] {
         let world = World::new(COMMAND_TIMEOUT);
-        let kept = Watchdog::default()
-            .keep(world.acquire("r").await)
-            .map_err(|(e, _)| e)
-            .unwrap();
+        let kept = Watchdog::default().keep(world.acquire("r").await).unwrap();
         world.until(ms(1_500)).await;
         let handle = kept.handle();
         world.server.delete(handle.purpose(), handle.resource());
@@ -299,10 +287,7 @@ async fn no_renewal_is_sent_after_a_release() {
     // one is due (both tasks wake at the same virtual instant, in either order).
     for release_at in [1_500, 999, 1_000, 1_001, 2_000] {
         let world = World::new(COMMAND_TIMEOUT);
-        let kept = Watchdog::default()
-            .keep(world.acquire("r").await)
-            .map_err(|(e, _)| e)
-            .unwrap();
+        let kept = Watchdog::default().keep(world.acquire("r").await).unwrap();
         let signal = kept.signal().clone();
         world.until(ms(release_at)).await;
         assert_eq!(kept.release().await, ReleaseOutcome::Released);
@@ -315,10 +300,7 @@ async fn no_renewal_is_sent_after_a_release() {
 #[tokio::test(start_paused = true)]
 async fn a_release_waits_for_a_renewal_being_sent() {
     let world = World::new(COMMAND_TIMEOUT);
-    let kept = Watchdog::default()
-        .keep(world.acquire("r").await)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let kept = Watchdog::default().keep(world.acquire("r").await).unwrap();
     // The renewal sent at 1 s gets its reply at 1.15 s; the release is asked for at 1.1 s.
     world.backend().inject(Fault::DelayReply(ms(150)));
     world.until(ms(1_100)).await;
@@ -352,10 +334,7 @@ async fn a_release_through_the_handle_or_a_replayed_handle_fires_released() {
             .await
             .into_handle()
             .unwrap();
-        let kept = Watchdog::default()
-            .keep(handle)
-            .map_err(|(e, _)| e)
-            .unwrap();
+        let kept = Watchdog::default().keep(handle).unwrap();
         world.until(ms(1_500)).await;
         let outcome = if through_replay {
             // A replay of the same request: a handle on the same state.
@@ -393,10 +372,7 @@ async fn keeping_a_lost_or_released_handle_fires_at_once_with_its_reason() {
                 leasehold::RenewOutcome::Lost(_)
             ));
         }
-        let kept = Watchdog::default()
-            .keep(handle)
-            .map_err(|(e, _)| e)
-            .unwrap();
+        let kept = Watchdog::default().keep(handle).unwrap();
         // Before `keep` returned.
         assert_eq!(kept.signal().reason(), Some(reason));
         sleep(ms(5_000)).await;
@@ -455,7 +431,7 @@ async fn a_lease_whose_validity_leaves_no_room_for_a_retry_is_refused() {
             )
             .unwrap();
         let handle = client.try_acquire(&request).await.into_handle().unwrap();
-        let (error, handle) = Watchdog::default().keep(handle).unwrap_err();
+        let (error, handle) = Watchdog::default().keep(handle).unwrap_err().into_parts();
         assert_eq!(error.kind(), ErrorKind::InvalidSetting, "{error}");
         assert!(error.is_invalid_input());
         // The handle is given back, still held, and nothing was sent for it.
@@ -468,10 +444,7 @@ async fn a_lease_whose_validity_leaves_no_room_for_a_retry_is_refused() {
 async fn the_signal_after_a_release_follows_its_outcome() {
     // Lost meanwhile (the key deleted and granted to another): `NotOwner`.
     let world = World::new(COMMAND_TIMEOUT);
-    let kept = Watchdog::default()
-        .keep(world.acquire("r").await)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let kept = Watchdog::default().keep(world.acquire("r").await).unwrap();
     let signal = kept.signal().clone();
     world.until(ms(1_400)).await;
     world
@@ -484,10 +457,7 @@ async fn the_signal_after_a_release_follows_its_outcome() {
 
     // The reply lost: the key may or may not be gone.
     let world = World::new(COMMAND_TIMEOUT);
-    let kept = Watchdog::default()
-        .keep(world.acquire("r").await)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let kept = Watchdog::default().keep(world.acquire("r").await).unwrap();
     let signal = kept.signal().clone();
     world.until(ms(1_400)).await;
     world.backend().inject(Fault::LoseReply);
@@ -507,7 +477,6 @@ async fn a_release_that_was_not_applied_can_be_tried_again_with_the_handle() {
     let client = LeaseClient::new(backend).with_clock(clock);
     let kept = Watchdog::default()
         .keep(acquire_from(&client, "r").await)
-        .map_err(|(e, _)| e)
         .unwrap();
     let signal = kept.signal().clone();
     sleep(ms(1_500)).await;
@@ -528,10 +497,7 @@ async fn a_release_waits_for_a_renewal_whose_request_is_still_on_its_way() {
     // 1.1 s, when the watchdog has nothing left to stop: the renewal is already sent. Only
     // the handle's send lock keeps the release from overtaking it on the wire.
     let world = World::new(COMMAND_TIMEOUT);
-    let kept = Watchdog::default()
-        .keep(world.acquire("r").await)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let kept = Watchdog::default().keep(world.acquire("r").await).unwrap();
     world.backend().inject(Fault::DelayRequest(ms(150)));
     world.until(ms(1_100)).await;
     assert_eq!(kept.release().await, ReleaseOutcome::Released);
@@ -552,20 +518,14 @@ async fn a_release_waits_for_a_renewal_whose_request_is_still_on_its_way() {
 async fn dropping_a_kept_lease_stops_its_renewals_and_frees_its_slot() {
     let world = World::new(COMMAND_TIMEOUT);
     let watchdog = Watchdog::new(KeepAliveSettings::default().with_max_leases(1).unwrap());
-    let kept = watchdog
-        .keep(world.acquire("a").await)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let kept = watchdog.keep(world.acquire("a").await).unwrap();
     let signal = kept.signal().clone();
     world.until(ms(1_500)).await;
     drop(kept);
     // Work holding the signal is told at once: nothing renews the lease any more.
     assert_eq!(signal.reason(), Some(LossReason::Dropped));
     // The slot is free at once.
-    let again = watchdog
-        .keep(world.acquire("b").await)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let again = watchdog.keep(world.acquire("b").await).unwrap();
     world.until(ms(11_200)).await;
     // "a" was renewed once, at 1 s; "b" (kept at 1.5 s) every second since.
     let renewals = world.sent(RequestKind::Renew);
@@ -586,10 +546,7 @@ async fn dropping_a_kept_lease_stops_its_renewals_and_frees_its_slot() {
 async fn dropping_the_watchdog_and_its_leases_stops_the_task() {
     let world = World::new(COMMAND_TIMEOUT);
     let watchdog = Watchdog::default();
-    let kept = watchdog
-        .keep(world.acquire("r").await)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let kept = watchdog.keep(world.acquire("r").await).unwrap();
     let signal = kept.signal().clone();
     let tasks = tokio::runtime::Handle::current().metrics();
     assert_eq!(tasks.num_alive_tasks(), 1);
@@ -619,10 +576,7 @@ async fn kept_late(
     if let Some(fault) = fault {
         world.backend().inject(fault);
     }
-    let kept = Watchdog::default()
-        .keep(handle)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let kept = Watchdog::default().keep(handle).unwrap();
     (world, kept)
 }
 
@@ -687,10 +641,7 @@ async fn a_lease_kept_past_its_margin_point_fires_at_once() {
 async fn a_starved_runtime_fires_the_signal_as_soon_as_it_wakes_past_the_margin_point() {
     // Renewed at 1 s: valid until 3.96 s, margin point 3.36 s. The backend would wait 10 s.
     let world = World::new(ms(10_000));
-    let kept = Watchdog::default()
-        .keep(world.acquire("r").await)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let kept = Watchdog::default().keep(world.acquire("r").await).unwrap();
     world.until(ms(1_500)).await;
     world.backend().inject(Fault::LoseRequest);
     // Starve the watchdog's task: tokio's clock jumps to 3.9 s before it runs again, so it
@@ -711,14 +662,14 @@ async fn a_renewal_queued_behind_the_in_flight_cap_fires_the_signal_by_the_margi
         let watchdog = Watchdog::new(KeepAliveSettings::default().with_max_in_flight(1).unwrap());
         let a = world.acquire("a").await;
         let b = world.acquire("b").await;
-        let kept_a = watchdog.keep(a).map_err(|(e, _)| e).unwrap();
+        let kept_a = watchdog.keep(a).unwrap();
         world.until(ms(1_500)).await;
         world
             .backend()
             .inject(Fault::DelayReply(ms(a_answered_after)));
         world.backend().inject(Fault::LoseRequest);
         world.until(ms(2_340)).await;
-        let kept_b = watchdog.keep(b).map_err(|(e, _)| e).unwrap();
+        let kept_b = watchdog.keep(b).unwrap();
         assert_eq!(fired(kept_b.signal()).await, LossReason::Unreachable);
         let fired_at = world.now();
         let margin_point = TTL - DRIFT - MARGIN;
@@ -747,7 +698,7 @@ async fn renewals_in_flight_are_bounded_and_the_rest_wait_their_turn() {
     let mut kept = Vec::new();
     for i in 0..LEASES {
         let handle = world.acquire(&format!("r{i}")).await;
-        kept.push(watchdog.keep(handle).map_err(|(e, _)| e).unwrap());
+        kept.push(watchdog.keep(handle).unwrap());
     }
     world
         .backend()
@@ -788,10 +739,7 @@ fn a_runtime_shutdown_fires_the_signal_and_the_next_keep_starts_a_new_task() {
     let first = runtime();
     let (world, kept) = first.block_on(async {
         let world = World::new(COMMAND_TIMEOUT);
-        let kept = watchdog
-            .keep(world.acquire("a").await)
-            .map_err(|(e, _)| e)
-            .unwrap();
+        let kept = watchdog.keep(world.acquire("a").await).unwrap();
         (world, kept)
     });
     assert!(!kept.signal().is_lost());
@@ -801,10 +749,7 @@ fn a_runtime_shutdown_fires_the_signal_and_the_next_keep_starts_a_new_task() {
     drop((world, kept));
     runtime().block_on(async {
         let world = World::new(COMMAND_TIMEOUT);
-        let kept = watchdog
-            .keep(world.acquire("b").await)
-            .map_err(|(e, _)| e)
-            .unwrap();
+        let kept = watchdog.keep(world.acquire("b").await).unwrap();
         world.until(ms(1_500)).await;
         assert_eq!(world.sent(RequestKind::Renew), vec![ms(1_000)]);
         assert_eq!(kept.release().await, ReleaseOutcome::Released);
@@ -824,10 +769,7 @@ async fn renewals_that_fail_at_once_are_retried_at_a_pace_until_the_margin_point
     });
     let client = LeaseClient::new(backend).with_clock(clock);
     let handle = acquire_from(&client, "r").await;
-    let kept = Watchdog::default()
-        .keep(handle)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let kept = Watchdog::default().keep(handle).unwrap();
     // Granted at 0: margin point 2.36 s. A retry interval (250 ms) after each failure, the
     // last one a retry interval before the margin point; none after it, as none could be
     // answered in time.
@@ -844,10 +786,7 @@ async fn renewals_that_fail_at_once_are_retried_at_a_pace_until_the_margin_point
 async fn a_panicking_backend_stops_only_its_own_leases() {
     let world = World::new(COMMAND_TIMEOUT);
     let watchdog = Watchdog::default();
-    let healthy = watchdog
-        .keep(world.acquire("r").await)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let healthy = watchdog.keep(world.acquire("r").await).unwrap();
     // A broken backend: its renewals panic.
     let broken = Scripted::healthy();
     broken
@@ -872,7 +811,6 @@ async fn a_panicking_backend_stops_only_its_own_leases() {
                 .into_handle()
                 .unwrap(),
         )
-        .map_err(|(e, _)| e)
         .unwrap();
     assert_eq!(broken.signal().lost().await, LossReason::WatchdogStopped);
     assert_eq!(world.now(), ms(1_000));

@@ -9,7 +9,7 @@ fn inspect_reports_held_and_free_in_one_json_shape() {
     let mut held = Held::new(&server, "orders/7", ttl);
     let json = inspect_json(&server, "orders/7");
     let keys: Vec<&String> = json.as_object().expect("an object").keys().collect();
-    assert_eq!(keys.len(), 4, "{json}");
+    assert_eq!(keys.len(), 6, "{json}");
     assert_eq!(json["state"], "held");
     assert_eq!(json["fence"], held.lease().fence().get());
     assert_eq!(
@@ -34,6 +34,9 @@ fn inspect_reports_held_and_free_in_one_json_shape() {
     let json = inspect_json(&server, "orders/7");
     assert_eq!(
         json,
-        serde_json::json!({"state": "free", "fence": null, "remaining_ms": null, "holder": null})
+        serde_json::json!({
+            "state": "free", "fence": null, "remaining_ms": null, "holder": null,
+            "holder_name": null, "released": false
+        })
     );
 }

@@ -55,6 +55,7 @@
 // and the task that keeps the leases.
 mod keeper;
 mod kept_lease;
+mod not_kept;
 mod schedule;
 mod scoped;
 mod settings;
@@ -62,6 +63,7 @@ mod signal;
 mod watchdog;
 
 pub use kept_lease::KeptLease;
+pub use not_kept::NotKept;
 pub use scoped::{Scoped, Uncovered};
 pub use settings::KeepAliveSettings;
 pub use signal::{LossReason, LossSignal};

@@ -8,6 +8,7 @@ use tokio::sync::Semaphore;
 
 use super::keeper::{Runner, loss_at_margin};
 use super::kept_lease::{KeptLease, Registration};
+use super::not_kept::NotKept;
 use super::scoped::{Scoped, Uncovered};
 use super::settings::KeepAliveSettings;
 use super::signal::{LossReason, LossSignal};
@@ -55,7 +56,7 @@ impl Watchdog {
     ///
     /// # Errors
     ///
-    /// The handle is given back with the error, still held:
+    /// The handle is given back inside [`NotKept`], still held:
     ///
     /// - [`ErrorKind::InvalidSetting`] if the handle's validity after a renewal (its TTL less
     ///   its drift budget) is not more than the cadence, a retry interval and the margin
@@ -69,9 +70,9 @@ impl Watchdog {
     pub fn keep<B: LeaseBackend>(
         &self,
         handle: LeaseHandle<B>,
-    ) -> Result<KeptLease<B>, (Error, LeaseHandle<B>)> {
+    ) -> Result<KeptLease<B>, NotKept<B>> {
         if let Err(error) = self.settings.check_lease(handle.ttl(), handle.drift()) {
-            return Err((error, handle));
+            return Err(NotKept::new(error, handle));
         }
         let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
             let error = Error::new(
@@ -81,7 +82,7 @@ impl Watchdog {
                     self.settings.max_leases()
                 ),
             );
-            return Err((error, handle));
+            return Err(NotKept::new(error, handle));
         };
         let runner = self.runner();
         let id = runner.next_id();
@@ -145,7 +146,8 @@ impl Watchdog {
     ) -> Result<Scoped<T>, Error> {
         let kept = match self.keep(handle) {
             Ok(kept) => kept,
-            Err((error, handle)) => {
+            Err(not_kept) => {
+                let (error, handle) = not_kept.into_parts();
                 let _ = handle.release().await;
                 return Err(error);
             }

@@ -167,7 +167,8 @@ impl<'a, B: LeaseBackend> LockBuilder<'a, B> {
         let handle = acquire_within_wait(self.client, &request).await?;
         match self.client.watchdog().keep(handle) {
             Ok(kept) => Ok(LeaseGuard::new(kept, self.client.clone())),
-            Err((error, handle)) => {
+            Err(not_kept) => {
+                let (error, handle) = not_kept.into_parts();
                 // The watchdog is full: a lease nobody renews must not be handed out.
                 let _ = handle.release().await;
                 Err(LockError::Refused(error))
