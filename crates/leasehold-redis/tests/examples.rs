@@ -1,0 +1,69 @@
+//! The examples run against a real redis-server and say what they should: built by `cargo
+//! test` (and nextest) next to the test binaries, they are run from there. A missing example
+//! binary fails the test; it never skips.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use test_support::RedisServer;
+
+/// Runs example `name` against `server` and returns its stdout, requiring exit status 0.
+fn run_example(server: &RedisServer, name: &str) -> String {
+    // target/<profile>/deps/<this test> → target/<profile>/examples/<name>
+    let exe = std::env::current_exe().expect("the test's path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>");
+    let example: PathBuf = dir.join("examples").join(name);
+    assert!(
+        example.exists(),
+        "{} is missing: build the examples (cargo test builds them)",
+        example.display()
+    );
+    let out = Command::new(&example)
+        .env("LEASEHOLD_REDIS_URL", server.url())
+        .output()
+        .expect("the example runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{name}: {:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn the_run_once_example_runs_once_and_then_skips() {
+    let server = RedisServer::start();
+    let first = run_example(&server, "run_once");
+    assert!(first.contains("ran the nightly report"), "{first}");
+    let second = run_example(&server, "run_once");
+    assert!(second.contains("skipped: another host ran it"), "{second}");
+}
+
+#[test]
+fn the_exclusive_workers_take_turns_and_each_finishes_covered() {
+    let server = RedisServer::start();
+    let out = run_example(&server, "exclusive_worker");
+    for n in 1..=3 {
+        assert!(out.contains(&format!("worker {n} done: released")), "{out}");
+    }
+    // One at a time: every "works" line is followed by its own "done" before the next.
+    let lines: Vec<&str> = out.lines().collect();
+    for pair in lines.chunks(2) {
+        let who = pair[0].split_whitespace().nth(1).expect("a worker number");
+        assert!(pair[0].contains("works with fence"), "{out}");
+        assert!(pair[1].starts_with(&format!("worker {who} done")), "{out}");
+    }
+}
+
+#[test]
+fn the_fenced_sqlite_example_rejects_the_stale_write() {
+    let server = RedisServer::start();
+    let out = run_example(&server, "fenced_sqlite");
+    assert!(out.contains("wrote: 1 row changed"), "{out}");
+    assert!(out.contains("wrote: 0 rows changed"), "{out}");
+}
