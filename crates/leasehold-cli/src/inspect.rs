@@ -59,10 +59,8 @@ pub(crate) async fn inspect(config: InspectConfig) -> u8 {
     }
 }
 
-/// The `--json` object: the same four keys, in the documented order, whether held or free;
-/// then `holder_name` and `released` when the holder gave a name or the lease is kept after
-/// release for its minimum hold, so that the object of a lease with neither is what it was
-/// before holder names existed.
+/// The `--json` object: the same six keys, in the documented order, whether held or free,
+/// so that a script reads one shape; a key that does not apply is `null` (or `false`).
 fn to_json(view: Option<&LeaseView>) -> String {
     let (state, fence, remaining_ms, holder) = match view {
         None => ("free", Value::Null, Value::Null, Value::Null),
@@ -131,24 +129,24 @@ mod tests {
     }
 
     #[test]
-    fn json_has_the_same_four_keys_held_or_free() {
+    fn json_has_the_same_six_keys_held_or_free() {
         assert_eq!(
             to_json(None),
-            r#"{"state":"free","fence":null,"remaining_ms":null,"holder":null}"#
+            r#"{"state":"free","fence":null,"remaining_ms":null,"holder":null,"holder_name":null,"released":false}"#
         );
         assert_eq!(
             to_json(Some(&held())),
-            r#"{"state":"held","fence":7,"remaining_ms":29812,"holder":"a9993e364706816a"}"#
+            r#"{"state":"held","fence":7,"remaining_ms":29812,"holder":"a9993e364706816a","holder_name":null,"released":false}"#
         );
         let unreadable = LeaseView::new(None, None, None);
         assert_eq!(
             to_json(Some(&unreadable)),
-            r#"{"state":"held","fence":null,"remaining_ms":null,"holder":null}"#
+            r#"{"state":"held","fence":null,"remaining_ms":null,"holder":null,"holder_name":null,"released":false}"#
         );
     }
 
     #[test]
-    fn json_adds_the_holder_name_and_released_when_there_are_any() {
+    fn json_shows_the_holder_name_and_released_when_there_are_any() {
         let named = held().with_holder_name(HolderName::new("host-3:4711").unwrap());
         assert_eq!(
             to_json(Some(&named)),
