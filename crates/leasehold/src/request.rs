@@ -354,6 +354,29 @@ mod tests {
     }
 
     #[test]
+    fn the_ttl_goes_to_the_server_in_whole_milliseconds() {
+        let r = request(Duration::from_millis(2_500)).unwrap();
+        assert_eq!(r.ttl_millis(), 2_500);
+        assert_eq!(request(MAX_TTL).unwrap().ttl_millis(), 86_400_000);
+    }
+
+    #[test]
+    fn for_attempt_changes_the_attempt_and_nothing_else() {
+        let r = request(Duration::from_secs(3))
+            .unwrap()
+            .with_wait_timeout(Duration::from_secs(1))
+            .unwrap();
+        let next = Attempt::new(OperationId::new("op").unwrap()).unwrap();
+        let moved = r.for_attempt(next.clone());
+        assert_eq!(moved.attempt(), &next);
+        assert_ne!(moved.attempt(), r.attempt());
+        assert_eq!(moved.ttl(), r.ttl());
+        assert_eq!(moved.wait_timeout(), r.wait_timeout());
+        assert_eq!(moved.purpose(), r.purpose());
+        assert_eq!(moved.resource(), r.resource());
+    }
+
+    #[test]
     fn wait_timeout_is_bounded_and_defaults_to_zero() {
         let r = request(Duration::from_secs(1)).unwrap();
         assert_eq!(r.wait_timeout(), Duration::ZERO);
