@@ -20,7 +20,7 @@ use leasehold_redis::RedisBackend;
 use leasehold_redis::RedisLeases;
 use leasehold_redis::leasehold::{
     Abandoned, AcquireOutcome, LeaseHandle, LeaseRequest, LeaseState, ReleaseOutcome,
-    UnavailableCause, Watchdog,
+    UnavailableCause,
 };
 
 use crate::config::RunConfig;
@@ -68,13 +68,12 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
         Err(code) => return code,
     };
 
-    let watchdog = Watchdog::default();
-    let kept = match watchdog.keep(lease) {
+    // From here the one-call layer's guard keeps the lease alive and releases it; a lease it
+    // cannot keep has been released already.
+    let kept = match client.guard(lease).await {
         Ok(kept) => kept,
-        Err(not_kept) => {
-            let (e, lease) = not_kept.into_parts();
+        Err(e) => {
             eprintln!("leasehold: cannot keep the lease alive: {e}; the command was not started");
-            report_release(lease.release().await);
             return exit::UNAVAILABLE;
         }
     };

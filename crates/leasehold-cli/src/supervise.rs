@@ -8,7 +8,7 @@ use std::io;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use leasehold_redis::leasehold::{KeptLease, LeaseBackend};
+use leasehold_redis::leasehold::{LeaseBackend, LeaseGuard};
 use rustix::process::Signal;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -118,7 +118,7 @@ impl Stopping {
 /// still kept alive, and `supervise` returns only when the group is gone.
 pub(crate) async fn supervise<B: LeaseBackend>(
     command: &mut impl CommandGroup,
-    kept: &KeptLease<B>,
+    kept: &LeaseGuard<B>,
     stop: StopPolicy,
     signals: &mut Signals,
 ) -> Ended {
@@ -214,7 +214,7 @@ pub(crate) async fn supervise<B: LeaseBackend>(
 /// The lease is lost: stop the group, SIGKILL no later than the validity left allows.
 fn lost<B: LeaseBackend>(
     command: &impl CommandGroup,
-    kept: &KeptLease<B>,
+    kept: &LeaseGuard<B>,
     stop: StopPolicy,
     stopping: &mut Stopping,
     reason: &str,
@@ -245,7 +245,7 @@ mod tests {
 
     use leasehold::{
         AcquireOutcome, Clock, LeaseClient, LossReason, ManualClock, OperationId, Purpose,
-        ResourceDigest, TokioClock, Watchdog,
+        ResourceDigest, TokioClock,
     };
     use leasehold_sim::{Fault, SimBackend, SimServer};
 
@@ -327,7 +327,7 @@ mod tests {
     struct World {
         server: SimServer,
         client: LeaseClient<SimBackend>,
-        kept: KeptLease<SimBackend>,
+        kept: LeaseGuard<SimBackend>,
     }
 
     impl World {
@@ -352,7 +352,7 @@ mod tests {
             let AcquireOutcome::Acquired(lease) = client.try_acquire(&request).await else {
                 panic!("not acquired");
             };
-            let kept = Watchdog::default().keep(lease).unwrap();
+            let kept = client.guard(lease).await.unwrap();
             Self {
                 server,
                 client,

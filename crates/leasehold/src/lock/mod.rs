@@ -165,15 +165,7 @@ impl<'a, B: LeaseBackend> LockBuilder<'a, B> {
     async fn take(self) -> Result<LeaseGuard<B>, LockError> {
         let request = self.request()?;
         let handle = acquire_within_wait(self.client, &request).await?;
-        match self.client.watchdog().keep(handle) {
-            Ok(kept) => Ok(LeaseGuard::new(kept, self.client.clone())),
-            Err(not_kept) => {
-                let (error, handle) = not_kept.into_parts();
-                // The watchdog is full: a lease nobody renews must not be handed out.
-                let _ = handle.release().await;
-                Err(LockError::Refused(error))
-            }
-        }
+        self.client.guard(handle).await
     }
 
     /// Takes the lease, runs `work` under it, and releases it: the result is `Ok` only if the
@@ -315,6 +307,29 @@ impl<B: LeaseBackend> LeaseClient<B> {
             wait: Duration::ZERO,
             min_hold: Duration::ZERO,
             holder_name: None,
+        }
+    }
+
+    /// Hands a lease taken with the explicit API ([`acquire`](Self::acquire)) to the
+    /// client's watchdog and returns its [`LeaseGuard`]: kept alive from now on, released on
+    /// [`LeaseGuard::release`] or in the background on drop.
+    ///
+    /// For callers that want every outcome of the acquire, but the guard's keep-alive and
+    /// release after it (as `leasehold run` does).
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Refused`] when the watchdog cannot keep the lease (it is full, or the
+    /// lease's TTL is too short for its schedule). The lease has then been released: a lease
+    /// nobody renews is never handed out.
+    pub async fn guard(&self, handle: LeaseHandle<B>) -> Result<LeaseGuard<B>, LockError> {
+        match self.watchdog().keep(handle) {
+            Ok(kept) => Ok(LeaseGuard::new(kept, self.clone())),
+            Err(not_kept) => {
+                let (error, handle) = not_kept.into_parts();
+                let _ = handle.release().await;
+                Err(LockError::Refused(error))
+            }
         }
     }
 
