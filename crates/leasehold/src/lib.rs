@@ -69,6 +69,7 @@
 pub mod backend;
 pub mod client;
 pub mod clock;
+pub mod election;
 pub mod error;
 pub mod fence;
 pub mod handle;
@@ -82,6 +83,7 @@ mod state;
 pub use backend::LeaseBackend;
 pub use client::{Abandoned, AcquireOutcome, LeaseClient};
 pub use clock::{BootClock, Clock, ManualClock, MonotonicInstant, TokioClock};
+pub use election::{Candidate, Election, Leader, LeaderWatch, Leadership, ObserveError};
 pub use error::{Error, ErrorKind};
 pub use fence::{FenceGate, FenceToken, Guarantee, StaleFence};
 pub use handle::LeaseHandle;

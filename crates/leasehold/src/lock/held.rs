@@ -37,7 +37,7 @@ impl<B: LeaseBackend> fmt::Debug for HeldLease<B> {
 }
 
 impl<B: LeaseBackend> HeldLease<B> {
-    pub(super) fn new(guard: &LeaseGuard<B>) -> Self {
+    pub(crate) fn new(guard: &LeaseGuard<B>) -> Self {
         Self {
             handle: guard.handle().share(),
             signal: guard.signal().clone(),

@@ -298,9 +298,14 @@ impl<B: LeaseBackend> LeaseClient<B> {
     /// Dropping the future never leaves a lease nobody knows about: a grant it may have made
     /// is released in the background, as with [`acquire`](Self::acquire).
     pub fn lock(&self, name: impl AsRef<[u8]>) -> LockBuilder<'_, B> {
+        self.lock_resource(ResourceDigest::of(name))
+    }
+
+    /// As [`lock`](Self::lock), for a resource already hashed.
+    pub(crate) fn lock_resource(&self, resource: ResourceDigest) -> LockBuilder<'_, B> {
         LockBuilder {
             client: self,
-            resource: ResourceDigest::of(name),
+            resource,
             purpose: None,
             operation: None,
             ttl: DEFAULT_LOCK_TTL,
