@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use leasehold::backend::{AcquireReply, Grant, ReleaseReply, RenewReply};
+use leasehold::backend::{AcquireReply, Grant, ReleaseReply, ReleaseWatch, RenewReply};
 use leasehold::{
     Attempt, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseBackend,
     LeaseRequest, MonotonicInstant, Purpose, ResourceDigest,
@@ -257,5 +257,11 @@ impl LeaseBackend for SimBackend {
             }
             None => self.server.inspect_now(&key_of(purpose, resource), attempt),
         }
+    }
+
+    fn watch(&self, purpose: &Purpose, resource: &ResourceDigest) -> ReleaseWatch {
+        // Notices travel on their own connection in Redis: this connection's faults leave
+        // them alone.
+        self.server.watch(key_of(purpose, resource))
     }
 }

@@ -205,7 +205,9 @@ impl ServerState {
                 kept.expires_at_ms = now + left;
             }
         } else {
+            // Deleted and announced; a record kept for a minimum hold announces nothing.
             self.keyspace.leases.remove(key);
+            self.announce(key);
         }
         Applied::Release(ReleaseReply::Released)
     }

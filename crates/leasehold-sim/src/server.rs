@@ -19,6 +19,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use leasehold::backend::ReleaseWatch;
 use leasehold::{
     Attempt, Clock, FenceToken, HolderFingerprint, InspectOutcome, LeaseView, ManualClock, Purpose,
     ResourceDigest,
@@ -181,6 +182,8 @@ impl SimServer {
         state.history.clear();
         state.pending.clear();
         state.lineage += 1;
+        // The notice connection breaks with the server: its watchers look again.
+        state.announce_all();
         state.go_down(
             self.world_now() + downtime.max(Self::MIN_DOWNTIME),
             "restarting",
@@ -201,6 +204,7 @@ impl SimServer {
             state.history.truncate(keep);
             state.lineage += 1;
         }
+        state.announce_all();
         state.go_down(
             self.world_now() + downtime.max(Self::MIN_DOWNTIME),
             "failing over",
@@ -281,6 +285,13 @@ impl SimServer {
     /// Makes a client connection with `command_timeout` for lost requests and replies.
     pub fn connect(&self, command_timeout: Duration) -> SimBackend {
         SimBackend::new(self.clone(), command_timeout)
+    }
+
+    /// Subscribes to release notices for `key` (shared by every connection).
+    pub(crate) fn watch(&self, key: String) -> ReleaseWatch {
+        let mut state = self.lock();
+        let notify = state.notices.entry(key).or_default();
+        ReleaseWatch::new(Arc::clone(notify))
     }
 
     pub(crate) fn inspect_now(&self, key: &str, attempt: Option<&Attempt>) -> InspectOutcome {

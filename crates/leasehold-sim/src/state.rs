@@ -2,7 +2,8 @@
 //! goes back to, late requests still on their way, downtime, and the record of renewals and
 //! releases that should never have succeeded.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::{Failure, Unavailable, UnavailableCause};
@@ -39,6 +40,8 @@ pub(crate) struct ServerState {
     pub(crate) down: Option<(Duration, &'static str)>,
     /// Renewals and releases that succeeded for a requester other than the stored holder.
     pub(crate) non_owner_successes: Vec<NonOwnerSuccess>,
+    /// Release notices by key: what `release.lua` publishes when it deletes a key.
+    pub(crate) notices: HashMap<String, Arc<tokio::sync::Notify>>,
 }
 
 impl std::fmt::Debug for ServerState {
@@ -65,6 +68,22 @@ impl ServerState {
             lineage: 0,
             down: None,
             non_owner_successes: Vec::new(),
+            notices: HashMap::new(),
+        }
+    }
+
+    /// Announces the release of `key` to its watchers, as `release.lua`'s `PUBLISH` does.
+    pub(crate) fn announce(&self, key: &str) {
+        if let Some(notify) = self.notices.get(key) {
+            notify.notify_waiters();
+        }
+    }
+
+    /// Wakes every watcher, as the Redis backend does when its notice connection comes back
+    /// (a notice may have been missed while it was away).
+    pub(crate) fn announce_all(&self) {
+        for notify in self.notices.values() {
+            notify.notify_waiters();
         }
     }
 
