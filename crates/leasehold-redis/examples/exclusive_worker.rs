@@ -13,6 +13,7 @@ use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
 async fn work(worker: u32, fence: FenceToken) {
     println!("worker {worker} works with fence {fence}");
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    println!("worker {worker} finished its batch");
 }
 
 async fn worker(
