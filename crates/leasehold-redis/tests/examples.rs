@@ -70,3 +70,34 @@ fn the_fenced_sqlite_example_rejects_the_stale_write() {
     assert!(out.contains("wrote: 1 row changed"), "{out}");
     assert!(out.contains("wrote: 0 rows changed"), "{out}");
 }
+
+#[test]
+fn the_election_example_replaces_a_killed_leader_and_fences_out_its_term() {
+    let server = RedisServer::start();
+    let out = run_example(&server, "election");
+    let term_after = |prefix: &str| -> u64 {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} line in:\n{out}"));
+        let at = line.find("term ").expect("a term") + "term ".len();
+        line[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|t| t.parse().ok())
+            .expect("a term number")
+    };
+    let old = term_after("killed candidate");
+    // The supervisor's own line: "candidate <n> took over as term <t> after ...".
+    let new_leader_term = term_after("candidate ");
+    assert!(out.contains("took over as term"), "{out}");
+    assert!(new_leader_term > old, "{out}");
+    assert!(
+        out.contains(&format!(
+            "dead leader's term {old} now: Stale {{ current: FenceToken({new_leader_term}) }}"
+        )),
+        "{out}"
+    );
+    // The two survivors stop cleanly when told to (the leader resigning on its way out).
+    assert_eq!(out.matches("stopped: exit status: 0").count(), 2, "{out}");
+}
