@@ -72,11 +72,13 @@ demo: redis
 	@$(CARGO) run -q -p leasehold-cli -- demo
 
 ## bench: operation latency against raw redis-rs, hand-off latency against polling and rslock,
-## and 10,000 kept leases for 60 s, each on an ephemeral redis-server.
+## 10,000 kept leases for 60 s, and leader take-over after resign and crash, each on an
+## ephemeral redis-server.
 bench: redis
 	$(CARGO) run -q --release -p leasehold-redis --example bench_ops
 	$(CARGO) run -q --release -p leasehold-redis --example handoff
 	$(CARGO) run -q --release -p leasehold-redis --example keepalive_bench
+	$(CARGO) run -q --release -p leasehold-redis --example election_bench
 
 ## soak: 100 forced Sentinel failovers per test (two tests, about 4 minutes), checking that no
 ## fence is ever handed out twice; prints the counts.
