@@ -45,9 +45,12 @@
 
 use std::fmt;
 use std::future::Future;
+use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+
+use tracing::Instrument;
 
 use crate::backend::{Grant, GrantReply, LeaseBackend, ReleaseReply, RenewReply};
 use crate::clock::{Clock, MonotonicInstant};
@@ -56,6 +59,7 @@ use crate::id::{Attempt, Purpose, ResourceDigest};
 use crate::outcome::{Failure, ReleaseOutcome, RenewOutcome};
 use crate::request::LeaseRequest;
 pub use crate::state::LeaseState;
+use crate::telemetry::{self, Short, lease_span};
 
 /// A lease this process was granted: renew it, release it, and ask how long it is valid.
 ///
@@ -74,6 +78,8 @@ pub(crate) struct Shared<B: LeaseBackend> {
     clock: Arc<dyn Clock>,
     grant: Grant,
     drift: Duration,
+    /// When the grant's acquire was sent: where its hold time starts.
+    granted_at: MonotonicInstant,
     core: Mutex<Core>,
     /// Renewals hold it shared across their send; a release takes it exclusively before it
     /// sends, so no renewal is ever sent after a release was (see `release`).
@@ -113,11 +119,65 @@ impl Core {
     }
 }
 
+/// The handle's state, locked; a change of state made under it is logged when it unlocks.
+struct Locked<'a, B: LeaseBackend> {
+    shared: &'a Shared<B>,
+    core: MutexGuard<'a, Core>,
+    before: LeaseState,
+}
+
+impl<B: LeaseBackend> Deref for Locked<'_, B> {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl<B: LeaseBackend> DerefMut for Locked<'_, B> {
+    fn deref_mut(&mut self) -> &mut Core {
+        &mut self.core
+    }
+}
+
+impl<B: LeaseBackend> Drop for Locked<'_, B> {
+    fn drop(&mut self) {
+        let (from, to) = (self.before, self.core.state);
+        if from != to {
+            let grant = &self.shared.grant;
+            tracing::debug!(
+                purpose = %grant.purpose(),
+                resource = %Short(grant.resource()),
+                fence = %grant.fence(),
+                %from,
+                %to,
+                "lease state changed"
+            );
+        }
+    }
+}
+
 impl<B: LeaseBackend> Shared<B> {
-    fn lock(&self) -> MutexGuard<'_, Core> {
+    fn lock(&self) -> Locked<'_, B> {
         // The critical sections never panic, but a poisoned lock must not take the handle
         // down with it: the state inside is always consistent between statements.
-        self.core.lock().unwrap_or_else(PoisonError::into_inner)
+        let core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = core.state;
+        Locked {
+            shared: self,
+            core,
+            before,
+        }
+    }
+
+    /// The span of one command this handle sends.
+    fn span(&self, release: bool) -> tracing::Span {
+        let grant = &self.grant;
+        let (purpose, resource, fence) = (grant.purpose(), grant.resource(), grant.fence());
+        if release {
+            lease_span!(DEBUG, "release", purpose, resource, fence = %fence)
+        } else {
+            lease_span!(DEBUG, "renew", purpose, resource, fence = %fence)
+        }
     }
 
     /// Merges a replay's confirmation: the server holds exactly this grant, with `server_ttl`
@@ -203,6 +263,7 @@ impl<B: LeaseBackend> LeaseHandle<B> {
                 clock,
                 grant,
                 drift,
+                granted_at: sent_at,
                 core: Mutex::new(core),
                 sends: tokio::sync::RwLock::new(()),
             }),
@@ -313,6 +374,11 @@ impl<B: LeaseBackend> LeaseHandle<B> {
     /// Dropping the future before it completes may leave the renewal applied on the server;
     /// the handle then keeps its earlier (shorter) validity, which is safe.
     pub async fn renew(&self) -> RenewOutcome {
+        let span = self.shared.span(false);
+        self.renew_once().instrument(span).await
+    }
+
+    async fn renew_once(&self) -> RenewOutcome {
         // Read before sending: validity from this renewal is counted from here.
         let sent_at = self.shared.clock.now();
         let _sending = self.shared.sends.read().await;
@@ -320,6 +386,8 @@ impl<B: LeaseBackend> LeaseHandle<B> {
             let mut core = self.shared.lock();
             core.observe(self.shared.clock.now());
             if core.state.is_terminal() || core.release_started {
+                telemetry::renewed(self.purpose(), "refused", Duration::ZERO, None);
+                tracing::debug!(state = %core.state, "renewal refused: nothing sent");
                 return RenewOutcome::Refused { state: core.state };
             }
         }
@@ -327,7 +395,9 @@ impl<B: LeaseBackend> LeaseHandle<B> {
         let now = self.shared.clock.now();
         let mut core = self.shared.lock();
         core.observe(now);
-        match reply {
+        // What the lease had left when this renewal confirmed: the early warning.
+        let left = core.remaining(now);
+        let outcome = match reply {
             RenewReply::Renewed { server_ttl } => {
                 let (valid_until, server_expiry) = validity_window(
                     self.shared.grant.ttl(),
@@ -358,7 +428,24 @@ impl<B: LeaseBackend> LeaseHandle<B> {
             }
             RenewReply::Failed(Failure::Unavailable(why)) => RenewOutcome::Unavailable(why),
             RenewReply::Failed(Failure::Overloaded) => RenewOutcome::Overloaded,
+        };
+        drop(core);
+        let took = now.saturating_duration_since(sent_at);
+        let kind = telemetry::renew_kind(&outcome);
+        let renewed = matches!(outcome, RenewOutcome::Renewed { .. });
+        telemetry::renewed(self.purpose(), kind, took, renewed.then_some(left));
+        if let RenewOutcome::Renewed { remaining } = &outcome {
+            tracing::debug!(
+                outcome = kind,
+                latency_us = telemetry::us(took),
+                validity_left_ms = telemetry::ms(left),
+                remaining_ms = telemetry::ms(*remaining),
+                "renewed"
+            );
+        } else {
+            tracing::debug!(outcome = %outcome, latency_us = telemetry::us(took), "renewal not confirmed");
         }
+        outcome
     }
 
     /// Releases the lease if the server still holds exactly this grant.
@@ -373,11 +460,18 @@ impl<B: LeaseBackend> LeaseHandle<B> {
     /// Dropping the future may leave the key deleted or not; the handle then refuses renewals
     /// but keeps its state, and the key expires with its TTL at the latest.
     pub async fn release(&self) -> ReleaseOutcome {
+        let span = self.shared.span(true);
+        self.release_once().instrument(span).await
+    }
+
+    async fn release_once(&self) -> ReleaseOutcome {
         let sent_at = self.shared.clock.now();
         {
             let mut core = self.shared.lock();
             core.observe(sent_at);
             if core.state.is_terminal() {
+                telemetry::released(self.purpose(), "refused", None);
+                tracing::debug!(state = %core.state, "release refused: nothing sent");
                 return ReleaseOutcome::Refused { state: core.state };
             }
             core.release_started = true;
@@ -389,7 +483,7 @@ impl<B: LeaseBackend> LeaseHandle<B> {
         let now = self.shared.clock.now();
         let mut core = self.shared.lock();
         core.observe(now);
-        match reply {
+        let outcome = match reply {
             ReleaseReply::Released => {
                 core.enter(LeaseState::Released);
                 ReleaseOutcome::Released
@@ -410,7 +504,19 @@ impl<B: LeaseBackend> LeaseHandle<B> {
             }
             ReleaseReply::Failed(Failure::Unavailable(why)) => ReleaseOutcome::Unavailable(why),
             ReleaseReply::Failed(Failure::Overloaded) => ReleaseOutcome::Overloaded,
-        }
+        };
+        drop(core);
+        let kind = telemetry::release_kind(&outcome);
+        let confirmed = matches!(outcome, ReleaseOutcome::Released);
+        let held = now.saturating_duration_since(self.shared.granted_at);
+        telemetry::released(self.purpose(), kind, confirmed.then_some(held));
+        tracing::debug!(
+            outcome = kind,
+            latency_us = telemetry::us(now.saturating_duration_since(sent_at)),
+            held_ms = telemetry::ms(held),
+            "release"
+        );
+        outcome
     }
 }
 

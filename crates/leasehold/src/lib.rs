@@ -79,6 +79,7 @@ pub mod lock;
 pub mod outcome;
 pub mod request;
 mod state;
+pub mod telemetry;
 
 pub use backend::LeaseBackend;
 pub use client::{Abandoned, AcquireOutcome, LeaseClient};

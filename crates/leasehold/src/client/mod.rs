@@ -19,6 +19,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use crate::backend::{AcquireReply, GrantReply, LeaseBackend, ReleaseReply};
 use crate::clock::{BootClock, Clock};
 use crate::error::Error;
@@ -27,6 +29,7 @@ use crate::id::{Attempt, OperationId, Purpose, ResourceDigest};
 use crate::keepalive::{KeepAliveSettings, Watchdog};
 use crate::outcome::{Failure, InspectOutcome, ReleaseOutcome};
 use crate::request::{DriftBudget, LeaseRequest};
+use crate::telemetry::{self, lease_span};
 
 use live::LiveGrants;
 
@@ -154,6 +157,46 @@ impl<B: LeaseBackend> LeaseClient<B> {
     /// Dropping the future may leave the lease granted to this attempt, exactly as an
     /// `Indeterminate` outcome would; replay the request to recover the handle.
     pub async fn try_acquire(&self, request: &LeaseRequest) -> AcquireOutcome<B> {
+        let span = lease_span!(DEBUG, "try_acquire", request.purpose(), request.resource());
+        async {
+            let started = tokio::time::Instant::now();
+            let outcome = self.try_once(request).await;
+            self.acquire_finished(request, &outcome, started.elapsed(), None);
+            outcome
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Tells logs and metrics an acquire's final outcome: how long it took, and how long of
+    /// that it `waited` behind another holder.
+    pub(crate) fn acquire_finished(
+        &self,
+        request: &LeaseRequest,
+        outcome: &AcquireOutcome<B>,
+        took: Duration,
+        waited: Option<Duration>,
+    ) {
+        let kind = outcome.kind();
+        telemetry::acquired(request.purpose(), kind, took);
+        if let Some(waited) = waited {
+            telemetry::waited(request.purpose(), waited);
+        }
+        let latency_us = telemetry::us(took);
+        match outcome {
+            AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease) => tracing::debug!(
+                outcome = kind,
+                fence = %lease.fence(),
+                remaining_ms = telemetry::ms(lease.remaining_validity()),
+                latency_us,
+                "acquired"
+            ),
+            other => tracing::debug!(outcome = kind, latency_us, "not acquired: {other}"),
+        }
+    }
+
+    /// One try, told to nobody: what `try_acquire` and the waiting loops send.
+    pub(crate) async fn try_once(&self, request: &LeaseRequest) -> AcquireOutcome<B> {
         // Read the clock before sending: validity is counted from here, so the round trip and
         // any local queueing are deducted from the lease, never added to it.
         let sent_at = self.clock.now();
@@ -206,14 +249,31 @@ impl<B: LeaseBackend> LeaseClient<B> {
     ///
     /// As [`LeaseHandle::release`]: a dropped release may have been applied.
     pub async fn release_attempt(&self, request: &LeaseRequest) -> ReleaseOutcome {
-        match self.backend.release_attempt(request).await {
-            ReleaseReply::Released => ReleaseOutcome::Released,
-            ReleaseReply::AlreadyGone => ReleaseOutcome::AlreadyGone,
-            ReleaseReply::NotOwner => ReleaseOutcome::NotOwner,
-            ReleaseReply::Failed(Failure::Indeterminate(why)) => ReleaseOutcome::Indeterminate(why),
-            ReleaseReply::Failed(Failure::Unavailable(why)) => ReleaseOutcome::Unavailable(why),
-            ReleaseReply::Failed(Failure::Overloaded) => ReleaseOutcome::Overloaded,
+        let span = lease_span!(
+            DEBUG,
+            "release_attempt",
+            request.purpose(),
+            request.resource()
+        );
+        async {
+            let outcome = match self.backend.release_attempt(request).await {
+                ReleaseReply::Released => ReleaseOutcome::Released,
+                ReleaseReply::AlreadyGone => ReleaseOutcome::AlreadyGone,
+                ReleaseReply::NotOwner => ReleaseOutcome::NotOwner,
+                ReleaseReply::Failed(Failure::Indeterminate(why)) => {
+                    ReleaseOutcome::Indeterminate(why)
+                }
+                ReleaseReply::Failed(Failure::Unavailable(why)) => ReleaseOutcome::Unavailable(why),
+                ReleaseReply::Failed(Failure::Overloaded) => ReleaseOutcome::Overloaded,
+            };
+            tracing::debug!(
+                outcome = telemetry::release_kind(&outcome),
+                "attempt's grant released"
+            );
+            outcome
         }
+        .instrument(span)
+        .await
     }
 
     /// Reads who holds the lease on `resource`; with `attempt`, whether that attempt does.
@@ -227,6 +287,13 @@ impl<B: LeaseBackend> LeaseClient<B> {
         resource: &ResourceDigest,
         attempt: Option<&Attempt>,
     ) -> InspectOutcome {
-        self.backend.inspect(purpose, resource, attempt).await
+        let span = lease_span!(TRACE, "inspect", purpose, resource);
+        async {
+            let outcome = self.backend.inspect(purpose, resource, attempt).await;
+            tracing::trace!(outcome = telemetry::inspect_kind(&outcome), "inspected");
+            outcome
+        }
+        .instrument(span)
+        .await
     }
 }

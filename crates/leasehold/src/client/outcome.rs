@@ -44,6 +44,19 @@ impl<B: LeaseBackend> AcquireOutcome<B> {
         )
     }
 
+    /// The outcome's name, as metrics label it.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            AcquireOutcome::Acquired(_) => "acquired",
+            AcquireOutcome::Replayed(_) => "replayed",
+            AcquireOutcome::Contended(_) => "contended",
+            AcquireOutcome::OwnerOperationConflict(_) => "owner_operation_conflict",
+            AcquireOutcome::Indeterminate { .. } => "indeterminate",
+            AcquireOutcome::Unavailable(_) => "unavailable",
+            AcquireOutcome::Overloaded => "overloaded",
+        }
+    }
+
     /// Returns the handle, if the outcome carries one.
     pub fn into_handle(self) -> Option<LeaseHandle<B>> {
         match self {

@@ -9,11 +9,13 @@ use std::fmt;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backend::LeaseBackend;
 use crate::client::{AcquireOutcome, LeaseClient};
 use crate::outcome::{Failure, Indeterminate, ReleaseOutcome};
 use crate::request::LeaseRequest;
+use crate::telemetry::lease_span;
 
 /// The pause after every try without a definite answer, so that a server that fails fast (a
 /// refused port, a script error) is not hammered in a tight loop until the budget is spent.
@@ -71,22 +73,35 @@ impl<B: LeaseBackend> LeaseClient<B> {
         mut unknown: Indeterminate,
         within: Duration,
     ) -> AcquireOutcome<B> {
-        let deadline = Instant::now() + within.min(request.ttl());
-        loop {
-            match self.try_acquire(request).await {
-                AcquireOutcome::Indeterminate { cause, .. } => unknown = cause,
-                // Not applied, this time: the earlier try is as unknown as before.
-                AcquireOutcome::Unavailable(_) | AcquireOutcome::Overloaded => {}
-                definite => return definite,
-            }
-            if Instant::now() >= deadline {
-                return AcquireOutcome::Indeterminate {
-                    operation: request.attempt().operation().clone(),
-                    cause: unknown,
-                };
-            }
-            pause(deadline).await;
+        let span = lease_span!(DEBUG, "resolve", request.purpose(), request.resource());
+        async {
+            let deadline = Instant::now() + within.min(request.ttl());
+            let mut replays = 0u32;
+            let outcome = loop {
+                replays += 1;
+                match self.try_once(request).await {
+                    AcquireOutcome::Indeterminate { cause, .. } => unknown = cause,
+                    // Not applied, this time: the earlier try is as unknown as before.
+                    AcquireOutcome::Unavailable(_) | AcquireOutcome::Overloaded => {}
+                    definite => break definite,
+                }
+                if Instant::now() >= deadline {
+                    break AcquireOutcome::Indeterminate {
+                        operation: request.attempt().operation().clone(),
+                        cause: unknown,
+                    };
+                }
+                pause(deadline).await;
+            };
+            tracing::debug!(
+                outcome = outcome.kind(),
+                replays,
+                "unknown acquire replayed: {outcome}"
+            );
+            outcome
         }
+        .instrument(span)
+        .await
     }
 
     /// Cleans up after an acquire of `request` that is given up on, within `within`: waits
@@ -100,6 +115,17 @@ impl<B: LeaseBackend> LeaseClient<B> {
     ///
     /// Dropping it stops the waiting; a release already sent may have been applied.
     pub async fn abandon(&self, request: &LeaseRequest, within: Duration) -> Abandoned {
+        let span = lease_span!(DEBUG, "abandon", request.purpose(), request.resource());
+        async {
+            let abandoned = self.abandon_within(request, within).await;
+            tracing::debug!("cleaned up behind an unknown acquire: {abandoned}");
+            abandoned
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn abandon_within(&self, request: &LeaseRequest, within: Duration) -> Abandoned {
         let deadline = Instant::now() + within;
         // The background cleanups never make a grant either, so a budget they use up costs
         // only the retries below, never safety.

@@ -13,11 +13,30 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backend::LeaseBackend;
 use crate::client::{AcquireOutcome, LeaseClient};
 use crate::outcome::{Contention, Indeterminate};
 use crate::request::LeaseRequest;
+use crate::telemetry::{self, Gauged, lease_span};
+
+/// Since when an acquire waits behind another holder, counted in the waiters gauge while it
+/// does.
+#[derive(Debug, Default)]
+struct Waiting(Option<(Instant, Gauged)>);
+
+impl Waiting {
+    fn start(&mut self, request: &LeaseRequest) {
+        if self.0.is_none() {
+            self.0 = Some((Instant::now(), Gauged::waiter(request.purpose())));
+        }
+    }
+
+    fn waited(&self) -> Option<Duration> {
+        self.0.as_ref().map(|(since, _)| since.elapsed())
+    }
+}
 
 /// Per-resource FIFO queues of waiters (tokio's mutex is fair: it queues in FIFO order).
 #[derive(Debug, Clone, Default)]
@@ -203,10 +222,43 @@ impl<B: LeaseBackend> LeaseClient<B> {
         if wait.is_zero() {
             return self.try_acquire(request).await;
         }
+        let (purpose, resource) = (request.purpose(), request.resource());
+        let span = lease_span!(
+            DEBUG,
+            "acquire",
+            purpose,
+            resource,
+            wait_ms = telemetry::ms(wait)
+        );
+        async {
+            let started = Instant::now();
+            let mut waiting = Waiting::default();
+            let outcome = self.wait_for(request, wait, &mut waiting).await;
+            self.acquire_finished(request, &outcome, started.elapsed(), waiting.waited());
+            outcome
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// The waiting loop of [`acquire`](Self::acquire), telling `waiting` when it waits.
+    async fn wait_for(
+        &self,
+        request: &LeaseRequest,
+        wait: Duration,
+        waiting: &mut Waiting,
+    ) -> AcquireOutcome<B> {
         let deadline = Instant::now() + wait;
         let key = format!("{}\0{}", request.purpose(), request.resource());
         let queue = self.queues.queue(&key);
-        let head = tokio::time::timeout_at(deadline, queue.lock()).await.ok();
+        let head = match queue.try_lock() {
+            Ok(head) => Some(head),
+            Err(_) => {
+                // Queued behind another waiter of this client.
+                waiting.start(request);
+                tokio::time::timeout_at(deadline, queue.lock()).await.ok()
+            }
+        };
         let mut guard = CancelGuard {
             client: self,
             request,
@@ -226,7 +278,8 @@ impl<B: LeaseBackend> LeaseClient<B> {
             let mut released = std::pin::pin!(released);
             released.as_mut().enable();
             guard.armed = true;
-            let outcome = self.try_acquire(request).await;
+            let outcome = self.try_once(request).await;
+            tracing::trace!(outcome = outcome.kind(), "tried");
             let contention: &Contention = match &outcome {
                 AcquireOutcome::Contended(c) | AcquireOutcome::OwnerOperationConflict(c) => {
                     // The server answered: someone else holds it, so this attempt does not.
@@ -270,6 +323,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
             if head.is_none() || now >= deadline {
                 return outcome;
             }
+            waiting.start(request);
             let retry_after = contention.retry_after;
             let wake = (now + retry_after + jitter(retry_after)).min(deadline);
             tokio::select! {

@@ -9,6 +9,7 @@ use crate::handle::LeaseHandle;
 use crate::keepalive::{LossReason, LossSignal};
 use crate::lock::{HeldLease, LeaseGuard};
 use crate::outcome::ReleaseOutcome;
+use crate::telemetry::{self, Short};
 
 /// A candidate's term as leader, returned by [`Candidate::campaign`].
 ///
@@ -37,6 +38,14 @@ impl<B: LeaseBackend> fmt::Debug for Leadership<B> {
 
 impl<B: LeaseBackend> Leadership<B> {
     pub(super) fn new(guard: LeaseGuard<B>) -> Self {
+        let handle = guard.handle();
+        tracing::info!(
+            purpose = %handle.purpose(),
+            resource = %Short(handle.resource()),
+            term = %guard.fence(),
+            "leading"
+        );
+        telemetry::leading_until(handle.purpose(), guard.signal());
         Self { guard }
     }
 

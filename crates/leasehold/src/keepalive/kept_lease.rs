@@ -11,6 +11,7 @@ use super::signal::{LossReason, LossSignal};
 use crate::backend::LeaseBackend;
 use crate::handle::LeaseHandle;
 use crate::outcome::ReleaseOutcome;
+use crate::telemetry::Gauged;
 
 /// A kept lease's place in the watchdog: dropping it tells the task to forget the lease (if
 /// `stop` did not already), fires the signal, then frees the slot. In that order, so that a
@@ -22,6 +23,7 @@ pub(super) struct Registration {
     signal: LossSignal,
     runner: Arc<Runner>,
     _slot: OwnedSemaphorePermit,
+    _kept: Gauged,
 }
 
 impl Registration {
@@ -40,6 +42,7 @@ impl Registration {
             signal,
             runner,
             _slot: slot,
+            _kept: Gauged::kept(),
         }
     }
 

@@ -9,6 +9,10 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::Notify;
 
+use crate::fence::FenceToken;
+use crate::id::{Purpose, ResourceDigest};
+use crate::telemetry::{self, Short};
+
 /// Why a kept lease's work must stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -53,14 +57,46 @@ pub struct LossSignal {
 struct SignalState {
     reason: OnceLock<LossReason>,
     fired: Notify,
+    /// The lease it speaks for, told to logs and metrics when it fires.
+    subject: Option<Subject>,
+}
+
+/// What a signal tells logs and metrics about its lease (no token: it has none).
+#[derive(Debug)]
+struct Subject {
+    purpose: Purpose,
+    resource: ResourceDigest,
+    fence: FenceToken,
 }
 
 impl LossSignal {
+    /// A signal for the lease `fence` on `resource` for `purpose`, which it names in the log
+    /// event and the metric it records when it fires.
+    pub(super) fn for_lease(
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        fence: FenceToken,
+    ) -> Self {
+        Self {
+            state: Arc::new(SignalState {
+                subject: Some(Subject {
+                    purpose: purpose.clone(),
+                    resource: resource.clone(),
+                    fence,
+                }),
+                ..SignalState::default()
+            }),
+        }
+    }
+
     /// Fires the signal with `reason`, unless it has fired already.
     pub(super) fn fire(&self, reason: LossReason) {
         // The first reason wins; later ones are consequences of it.
         if self.state.reason.set(reason).is_ok() {
             self.state.fired.notify_waiters();
+            if let Some(lease) = &self.state.subject {
+                told(lease, reason);
+            }
         }
     }
 
@@ -103,6 +139,20 @@ impl fmt::Display for LossReason {
             LossReason::WatchdogStopped => "the watchdog stopped",
             LossReason::Dropped => "the kept lease was dropped",
         })
+    }
+}
+
+/// Tells logs and metrics that `lease`'s signal fired for `reason`: a warning when the lease
+/// was lost, a debug event when the program let it go (released or dropped).
+fn told(lease: &Subject, reason: LossReason) {
+    telemetry::lost(&lease.purpose, reason);
+    let (purpose, resource, fence) = (&lease.purpose, Short(&lease.resource), lease.fence);
+    let why = telemetry::loss_kind(reason);
+    match reason {
+        LossReason::Released | LossReason::Dropped => {
+            tracing::debug!(%purpose, %resource, %fence, reason = why, "lease let go: {reason}");
+        }
+        _ => tracing::warn!(%purpose, %resource, %fence, reason = why, "lease lost: {reason}"),
     }
 }
 

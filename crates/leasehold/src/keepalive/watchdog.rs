@@ -86,7 +86,7 @@ impl Watchdog {
         };
         let runner = self.runner();
         let id = runner.next_id();
-        let signal = LossSignal::default();
+        let signal = LossSignal::for_lease(handle.purpose(), handle.resource(), handle.fence());
         let lease = handle.renewable();
         // A handle already lost or released, or with no more than the margin left, cannot be
         // kept: its work is told before `keep` returns, and the task never sees it.
