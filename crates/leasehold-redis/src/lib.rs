@@ -74,6 +74,7 @@ mod link;
 mod notices;
 mod scripts;
 pub mod settings;
+mod telemetry;
 mod topology;
 
 pub use backend::{RedisBackend, RedisLeases};

@@ -31,6 +31,7 @@ use tokio::sync::Semaphore;
 use crate::classify::{self, Classified};
 use crate::scripts::{LeaseScript, ScriptCall};
 use crate::settings::ReplicationGate;
+use crate::telemetry::InFlight;
 
 /// Makes connections: to one server, or to a cluster.
 #[derive(Clone)]
@@ -289,6 +290,7 @@ impl Link {
             .in_flight
             .try_acquire()
             .map_err(|_| Failure::Overloaded)?;
+        let _counted = InFlight::start();
         let current = self.connection().await.map_err(Failure::Unavailable)?;
         let script = C::script();
         let evalsha = call.evalsha();
@@ -333,6 +335,7 @@ impl Link {
             .in_flight
             .try_acquire()
             .map_err(|_| Failure::Overloaded)?;
+        let _counted = InFlight::start();
         let current = self.connection().await.map_err(Failure::Unavailable)?;
         let script = C::script();
         let eval = call.eval();

@@ -254,6 +254,7 @@ async fn run(
                 }
             }
             tracing::debug!("release-notice subscriber lost its connection; reconnecting");
+            crate::telemetry::notice_reconnect();
         }
         // Whatever was missed while disconnected, waiters must not sleep through it.
         wake_all(&channels);
