@@ -5,7 +5,8 @@
 //! - I3 with terms: no two candidates believe they lead at once (under connection faults);
 //! - I4 with terms: the fenced store, guarded by the term, never accepts a write whose term
 //!   goes back (also across server restarts, which may break I3 by design);
-//! - terms strictly increase from leader to leader, and the observer sees them in order.
+//! - terms strictly increase from leader to leader (across restarts: stay unique), and the
+//!   observer sees them in order.
 //!
 //! A failure prints its seed; `LEASEHOLD_SIM_SEED=<seed>` runs the same faults and the same
 //! leaders' work again. (Not always the same interleaving: `tokio::select!` in the library
@@ -268,6 +269,26 @@ fn assert_terms_increase(seed: u64, record: &Record) {
             pair[1]
         );
     }
+    assert_writes_never_go_back(seed, record);
+}
+
+/// No two leaders share a term, and accepted writes never go back (I4). What holds across
+/// restarts: a grant made just before one, whose reply arrives after it, starts a term lower
+/// than one granted since — a stale leader, which its term fences out.
+fn assert_terms_unique(seed: u64, record: &Record) {
+    let mut terms: Vec<FenceToken> = record.terms.iter().map(|t| t.term).collect();
+    terms.sort();
+    for pair in terms.windows(2) {
+        assert!(
+            pair[1] > pair[0],
+            "seed {seed}: two leaders had term {:?}",
+            pair[0]
+        );
+    }
+    assert_writes_never_go_back(seed, record);
+}
+
+fn assert_writes_never_go_back(seed: u64, record: &Record) {
     for pair in record.accepted.windows(2) {
         assert!(pair[1] >= pair[0], "seed {seed}: I4 broken: {pair:?}");
     }
@@ -310,13 +331,15 @@ async fn under_connection_faults_one_leader_at_a_time_and_terms_increase() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn across_restarts_terms_still_increase_and_stale_writes_are_refused() {
+async fn across_restarts_terms_stay_unique_and_stale_writes_are_refused() {
     for seed in seeds(6) {
         let (record, seen) = run(seed, Chaos::Restarts).await;
         assert!(record.terms.len() >= 20, "seed {seed}");
         // A restart loses the leader's key, so another may be elected while the first still
-        // believes it leads (I3 may break, by design); the term fences its writes out.
-        assert_terms_increase(seed, &record);
+        // believes it leads (I3 may break, by design), and a grant whose reply was delayed
+        // past a restart may start after a higher one (CI found seed 1796376255941481083):
+        // terms need not increase by start, but the term fences a stale leader's writes out.
+        assert_terms_unique(seed, &record);
         assert_observed_in_order(seed, &record, &seen);
     }
 }
