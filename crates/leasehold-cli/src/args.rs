@@ -59,6 +59,15 @@ pub(crate) struct Cli {
     )]
     pub(crate) namespace: String,
 
+    /// Log what the lease does to stderr: -v the acquire, each renewal and the release;
+    /// -vv every command too. LEASEHOLD_LOG (or RUST_LOG) sets a filter instead.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    pub(crate) verbose: u8,
+
+    /// Print errors only: no notes (the exit code still tells what happened).
+    #[arg(short, long, global = true)]
+    pub(crate) quiet: bool,
+
     #[command(subcommand)]
     pub(crate) command: Command,
 }

@@ -12,6 +12,7 @@
 //!   lease; [`stop`]: when and how it is stopped; [`signals`]: the signals passed on;
 //! - [`inspect`]: who holds a lease; [`holder`]: the holder name a run gives its grant;
 //! - [`demo`] and [`local_redis`]: the fencing story on an ephemeral redis-server;
+//! - [`log`]: log lines and notes on stderr, `-v` / `-q`;
 //! - [`redact`]: URLs fit to print; [`duration`]: durations in flags and messages.
 
 #![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
@@ -25,6 +26,7 @@ mod exit;
 mod holder;
 mod inspect;
 mod local_redis;
+mod log;
 mod redact;
 mod run;
 mod signals;
@@ -51,6 +53,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return exit_with_clap_error(&e),
     };
+    if let Err(message) = log::init(log::Verbosity::from_flags(cli.verbose, cli.quiet)) {
+        return exit_with_clap_error(&usage_error(subcommand.as_deref(), message));
+    }
     let config = match Config::from_cli(cli, redis_typed) {
         Ok(config) => config,
         Err(ConfigError::Usage(message)) => {

@@ -26,6 +26,7 @@ use leasehold_redis::leasehold::{
 use crate::config::RunConfig;
 use crate::duration::format_duration;
 use crate::exit;
+use crate::log::note;
 use crate::signals::Signals;
 use crate::stop::{self, ProcessGroup};
 use crate::supervise::{Ended, Launched, supervise};
@@ -111,10 +112,19 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
         return exit::FAILURE;
     };
     let mut command = Launched { child, group };
+    if let Some(pid) = command.child.id() {
+        tracing::info!(pid, "the command started");
+    }
 
     // Returns once nothing of the command's group is left: only then may the lease go.
     let Ended { status, lease_lost } = supervise(&mut command, &kept, stop, &mut signals).await;
-    let ended_early = report_release(kept.release().await);
+    match &status {
+        Ok(status) => tracing::info!(exit = exit::of_child(*status), "the command ended"),
+        Err(e) => tracing::info!(error = %e, "the command ended, untracked"),
+    }
+    let released = kept.release().await;
+    tracing::info!(outcome = %released, "released the lease");
+    let ended_early = report_release(released);
     if lease_lost {
         eprintln!(
             "leasehold: the lease was lost while the command ran; its work may not have been \
@@ -156,7 +166,7 @@ async fn acquire(
 ) -> Result<LeaseHandle<RedisBackend>, u8> {
     let outcome = match client.acquire(request).await {
         AcquireOutcome::Indeterminate { cause, .. } => {
-            eprintln!(
+            note!(
                 "leasehold: the acquire's outcome is unknown ({cause}); replaying the same \
                  attempt to find out"
             );
@@ -165,7 +175,14 @@ async fn acquire(
         other => other,
     };
     match outcome {
-        AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease) => Ok(lease),
+        AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease) => {
+            tracing::info!(
+                fence = %lease.fence(),
+                validity_ms = lease.remaining_validity().as_millis(),
+                "acquired the lease"
+            );
+            Ok(lease)
+        }
         AcquireOutcome::Indeterminate { cause, .. } => {
             eprintln!(
                 "leasehold: the outcome is still unknown after {} ({cause}); the command was not \
@@ -201,7 +218,7 @@ fn not_acquired(outcome: AcquireOutcome<RedisBackend>, request: &LeaseRequest, s
             } else {
                 format!(" within {}", format_duration(request.wait_timeout()))
             };
-            eprintln!(
+            note!(
                 "leasehold: not acquired{within}: held by {holder}{fence}, retry after {}",
                 format_duration(c.retry_after)
             );
@@ -233,7 +250,7 @@ fn not_acquired(outcome: AcquireOutcome<RedisBackend>, request: &LeaseRequest, s
 async fn abandon(client: &RedisLeases, request: &LeaseRequest) {
     match client.abandon(request, CLEANUP_BUDGET).await {
         Abandoned::Released => {
-            eprintln!("leasehold: the acquire had been applied; its grant is released");
+            note!("leasehold: the acquire had been applied; its grant is released");
         }
         Abandoned::Unknown(why) => eprintln!(
             "leasehold: could not confirm that no grant is left ({why}). A release of this \

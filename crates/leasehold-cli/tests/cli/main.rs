@@ -29,6 +29,7 @@ const SPIN: &str = "i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done";
 
 mod demo;
 mod inspect;
+mod logs;
 mod min_hold;
 mod privacy;
 mod run_command;
@@ -49,6 +50,8 @@ fn leasehold(url: &str) -> Command {
         .env_remove("LEASEHOLD_REDIS_SERVER")
         .env_remove("LEASEHOLD_HOLDER")
         .env_remove("LEASEHOLD_HOLD_AT_LEAST")
+        .env_remove("LEASEHOLD_LOG")
+        .env_remove("RUST_LOG")
         .arg("--redis")
         .arg(url)
         .stdin(Stdio::null());

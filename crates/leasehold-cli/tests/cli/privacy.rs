@@ -13,9 +13,9 @@ struct Monitor {
 impl Monitor {
     fn start(server: &RedisServer) -> Self {
         let stream = TcpStream::connect(server.addr()).expect("connects");
-        (&stream).write_all(b"MONITOR\r\n").expect("sent");
         let mut reader = BufReader::new(stream.try_clone().expect("a second handle"));
         let mut ok = String::new();
+        (&stream).write_all(b"MONITOR\r\n").expect("sent");
         reader.read_line(&mut ok).expect("a reply");
         assert_eq!(ok, "+OK\r\n");
         let lines = Arc::new(Mutex::new(Vec::new()));
@@ -141,5 +141,71 @@ fn the_raw_resource_name_never_reaches_redis_and_no_token_is_printed() {
     }
     for key in server.keys() {
         assert!(!key.contains(name), "{key}");
+    }
+}
+
+#[test]
+fn trace_logs_of_a_whole_run_show_no_token_password_or_resource_name() {
+    let password = "pw-cli-3e9d-never-logged";
+    let server = RedisServer::start_with_args(&[
+        "--user",
+        "app",
+        "on",
+        &format!(">{password}"),
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    let monitor = Monitor::start(&server);
+    let name = "customer-4471-private-name";
+    let url = format!("redis://app:{password}@127.0.0.1:{}", server.port());
+    let mut outputs = Vec::new();
+    // A run that renews (600 ms TTL), one that is contended and waits, and an inspection.
+    let mut command = leasehold(&url);
+    command.args(["-vv", "run", name, "--ttl", "600ms", "--", "sleep", "0.5"]);
+    let holder = Running::start(command);
+    wait_until("the holder's grant", || {
+        (server.keys().len() >= 2).then_some(())
+    });
+    let mut command = leasehold(&url);
+    command.args(["-vv", "run", name, "--wait", "3s", "--", "true"]);
+    outputs.push(run_to_end(command));
+    outputs.push(holder.finish());
+    let mut command = leasehold(&url);
+    command
+        .env("LEASEHOLD_LOG", "trace")
+        .args(["inspect", name]);
+    outputs.push(run_to_end(command));
+    let codes: Vec<i32> = outputs.iter().map(Finished::code).collect();
+    assert_eq!(codes, [0, 0, 0], "{outputs:#?}");
+    for done in &outputs[..2] {
+        assert!(done.stderr.contains("released the lease"), "{done:#?}");
+    }
+    // The waiter's tries are traced.
+    assert!(
+        outputs[0].stderr.contains("TRACE"),
+        "not traced: {outputs:#?}"
+    );
+    assert!(outputs[1].stderr.contains("renewed"), "{outputs:#?}");
+
+    let tokens = tokens_in(&monitor.seen(&server));
+    assert!(tokens.len() >= 2, "{tokens:?}");
+    for done in &outputs {
+        let printed = format!("{}{}", done.stdout, done.stderr);
+        for token in &tokens {
+            assert!(
+                !printed.contains(token.as_str()),
+                "a token was printed: {done:#?}"
+            );
+        }
+        assert!(
+            !printed.contains(password),
+            "the password was printed: {done:#?}"
+        );
+        // (stdout may repeat the name the user typed, as inspect's answer does; logs never.)
+        assert!(
+            !done.stderr.contains(name),
+            "the resource's name was logged: {done:#?}"
+        );
     }
 }
