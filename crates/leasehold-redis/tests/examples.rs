@@ -9,6 +9,11 @@ use test_support::RedisServer;
 
 /// Runs example `name` against `server` and returns its stdout, requiring exit status 0.
 fn run_example(server: &RedisServer, name: &str) -> String {
+    run_example_with(server, name, &[])
+}
+
+/// Runs example `name` with `args` against `server`: its stdout, requiring exit status 0.
+fn run_example_with(server: &RedisServer, name: &str, args: &[&str]) -> String {
     // target/<profile>/deps/<this test> → target/<profile>/examples/<name>
     let exe = std::env::current_exe().expect("the test's path");
     let dir = exe
@@ -22,6 +27,7 @@ fn run_example(server: &RedisServer, name: &str) -> String {
         example.display()
     );
     let out = Command::new(&example)
+        .args(args)
         .env("LEASEHOLD_REDIS_URL", server.url())
         .output()
         .expect("the example runs");
@@ -100,4 +106,44 @@ fn the_election_example_replaces_a_killed_leader_and_fences_out_its_term() {
     );
     // The two survivors stop cleanly when told to (the leader resigning on its way out).
     assert_eq!(out.matches("stopped: exit status: 0").count(), 2, "{out}");
+}
+
+/// Built with the `metrics` feature only (as `make test` builds every example).
+#[cfg(feature = "metrics")]
+#[test]
+fn the_metrics_example_renders_what_its_leases_did_for_prometheus() {
+    let server = RedisServer::start();
+    let out = run_example_with(&server, "metrics", &["--once"]);
+    // Three workers took turns, renewing while they worked; one try found the lock held.
+    for line in [
+        "leasehold_acquires_total{purpose=\"lock\",outcome=\"acquired\"} 3",
+        "leasehold_acquires_total{purpose=\"lock\",outcome=\"contended\"} 1",
+        "leasehold_releases_total{purpose=\"lock\",outcome=\"released\"} 3",
+        "leasehold_losses_total{purpose=\"lock\",reason=\"released\"} 3",
+        "leasehold_leases_kept 0",
+        "leasehold_redis_requests_in_flight 0",
+        "leasehold_waiters{purpose=\"lock\"} 0",
+    ] {
+        assert!(out.lines().any(|l| l == line), "no {line:?} in:\n{out}");
+    }
+    let renewals = out
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("leasehold_renewals_total{purpose=\"lock\",outcome=\"renewed\"} ")
+        })
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    // Each 700 ms turn under a 600 ms TTL renewed at least once (every 200 ms).
+    assert!(renewals >= 3, "{renewals} renewals in:\n{out}");
+    for name in [
+        "acquire_wait",
+        "renew_validity_left",
+        "hold_duration",
+        "renew_duration",
+    ] {
+        assert!(
+            out.contains(&format!("leasehold_{name}_seconds")),
+            "{name}:\n{out}"
+        );
+    }
 }
