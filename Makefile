@@ -52,6 +52,8 @@ features: msrv
 	$(CARGO) clippy -q -p leasehold-sim -- -D warnings
 	$(CARGO) clippy -q -p leasehold-redis --no-default-features -- -D warnings
 	$(CARGO) clippy -q -p leasehold-redis --features tls -- -D warnings
+	$(CARGO) clippy -q -p leasehold-redis --features metrics -- -D warnings
+	$(CARGO) clippy -q -p leasehold --features metrics -- -D warnings
 	$(CARGO) clippy -q -p leasehold-cli -- -D warnings
 
 ## msrv: the toolchain is the declared rust-version, so every build above checks it (cargo
@@ -72,13 +74,15 @@ demo: redis
 	@$(CARGO) run -q -p leasehold-cli -- demo
 
 ## bench: operation latency against raw redis-rs, hand-off latency against polling and rslock,
-## 10,000 kept leases for 60 s, and leader take-over after resign and crash, each on an
-## ephemeral redis-server.
+## 10,000 kept leases for 60 s, leader take-over after resign and crash, and what metrics
+## cost per lock and release, each on an ephemeral redis-server.
 bench: redis
 	$(CARGO) run -q --release -p leasehold-redis --example bench_ops
 	$(CARGO) run -q --release -p leasehold-redis --example handoff
 	$(CARGO) run -q --release -p leasehold-redis --example keepalive_bench
 	$(CARGO) run -q --release -p leasehold-redis --example election_bench
+	$(CARGO) run -q --release -p leasehold-redis --example metrics_bench
+	$(CARGO) run -q --release -p leasehold-redis --features metrics --example metrics_bench
 
 ## soak: 100 forced Sentinel failovers per test (two tests, about 4 minutes), checking that no
 ## fence is ever handed out twice; prints the counts.
