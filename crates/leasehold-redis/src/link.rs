@@ -285,6 +285,18 @@ impl Link {
         call: &C,
         gate: Option<ReplicationGate>,
     ) -> Result<(Value, Option<u32>), Failure> {
+        let started = std::time::Instant::now();
+        let replied = self.eval_sha(call, gate).await;
+        trace_command("EVALSHA", C::script().name, started, replied.as_ref().err());
+        replied
+    }
+
+    /// [`eval`](Self::eval), untraced.
+    async fn eval_sha<C: ScriptCall>(
+        &self,
+        call: &C,
+        gate: Option<ReplicationGate>,
+    ) -> Result<(Value, Option<u32>), Failure> {
         // The in-flight limit is checked before anything else, so Overloaded never sends.
         let _permit = self
             .in_flight
@@ -331,6 +343,14 @@ impl Link {
     /// an unanswered acquire, which a stalled server may only run after the client has gone).
     /// One round trip, no retry.
     pub(crate) async fn eval_source<C: ScriptCall>(&self, call: &C) -> Result<Value, Failure> {
+        let started = std::time::Instant::now();
+        let replied = self.eval_whole(call).await;
+        trace_command("EVAL", C::script().name, started, replied.as_ref().err());
+        replied
+    }
+
+    /// [`eval_source`](Self::eval_source), untraced.
+    async fn eval_whole<C: ScriptCall>(&self, call: &C) -> Result<Value, Failure> {
         let _permit = self
             .in_flight
             .try_acquire()
@@ -358,5 +378,26 @@ impl Link {
             self.send(&current, &load).await.map_err(Failure::from)?;
         }
         Ok(())
+    }
+}
+
+/// A `trace` event per lease command: the command, the script, the latency and how it failed,
+/// if it did (the kind and cause only: a reply's text is not logged).
+fn trace_command(
+    command: &str,
+    script: &str,
+    started: std::time::Instant,
+    failed: Option<&Failure>,
+) {
+    let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    match failed {
+        None => tracing::trace!(command, script, us, "replied"),
+        Some(Failure::Indeterminate(i)) => {
+            tracing::trace!(command, script, us, cause = ?i.cause, "outcome unknown");
+        }
+        Some(Failure::Unavailable(u)) => {
+            tracing::trace!(command, script, us, cause = ?u.cause, "not applied");
+        }
+        Some(_) => tracing::trace!(command, script, us, "not sent: too many in flight"),
     }
 }

@@ -162,6 +162,9 @@ async fn trace_logs_name_what_happened_and_never_show_a_token_or_password() {
         "cleaned up behind an unknown acquire",
         "inspected",
         "purpose=lock",
+        // The backend's own events: one per command, with its script, never its arguments.
+        "command=\"EVALSHA\" script=\"acquire\"",
+        "command=\"EVAL\" script=\"release\"",
     ] {
         assert!(logs.contains(expected), "no {expected:?} in:\n{logs}");
     }

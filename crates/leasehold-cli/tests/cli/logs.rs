@@ -73,3 +73,22 @@ fn a_bad_log_filter_is_a_usage_error_before_any_io() {
     command.args(["-v", "-q", "run", "job", "--", "true"]);
     run_to_end(command).assert_code(2);
 }
+
+#[test]
+fn very_verbose_run_logs_every_command_by_its_script() {
+    let server = RedisServer::start();
+    let mut command = leasehold(&server.url());
+    command.args(["-vv", "run", "job", "--", "true"]);
+    let done = run_to_end(command);
+    done.assert_code(0);
+    let log = &done.stderr;
+    assert!(log.contains("TRACE"), "{log}");
+    assert!(
+        log.contains("command=\"EVALSHA\" script=\"acquire\""),
+        "{log}"
+    );
+    assert!(
+        log.contains("command=\"EVALSHA\" script=\"release\""),
+        "{log}"
+    );
+}
