@@ -3,12 +3,9 @@
 //! Everything here is syntax. Whether a TTL is long enough, a purpose well formed or a URL
 //! parseable is decided in [`crate::config`], which turns these into what the commands act on.
 
-use std::ffi::OsString;
-use std::time::Duration;
-
 use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
 
-use crate::duration::parse_duration;
 use crate::exit;
 
 /// The default Redis URL.
@@ -84,6 +81,14 @@ pub(crate) enum Command {
     /// Tell the fencing story on an ephemeral local redis-server (or on --redis URL).
     #[command(long_about = DEMO_LONG_ABOUT)]
     Demo,
+    /// Print a shell completion script: `leasehold completions bash > /etc/bash_completion.d/leasehold`.
+    Completions {
+        /// The shell to complete in.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): `leasehold man > /usr/local/share/man/man1/leasehold.1`.
+    Man,
 }
 
 const RUN_LONG_ABOUT: &str = "\
@@ -143,7 +148,8 @@ ignored, so the demo never writes to a server you did not name.
 Exit status: 0 the story ran, 69 no redis-server could be started or reached, 2 usage error
 (a bad --redis URL), 1 otherwise.";
 
-/// `leasehold run`.
+/// `leasehold run`. Durations and exit codes stay text here: [`crate::config`] parses them,
+/// so that a bad value names the flag or the variable it came from.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// The resource to lease, by its raw name (hashed before it is sent).
@@ -151,16 +157,22 @@ pub(crate) struct RunArgs {
     pub(crate) resource: OsString,
 
     /// Why the resource is leased ([a-z0-9._-], at most 64 bytes); part of the key.
-    #[arg(long, value_name = "P", default_value = "cli")]
+    #[arg(
+        long,
+        value_name = "P",
+        env = "LEASEHOLD_PURPOSE",
+        default_value = "cli"
+    )]
     pub(crate) purpose: String,
 
-    /// Lease time to live, renewed while the command runs (e.g. 500ms, 2s, 1m).
-    #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_duration)]
-    pub(crate) ttl: Duration,
+    /// Lease time to live, renewed while the command runs (e.g. 500ms, 2s, 1m, or seconds).
+    #[arg(long, value_name = "D", env = "LEASEHOLD_TTL", default_value = "30s")]
+    pub(crate) ttl: String,
 
-    /// How long to wait for the lease if another holder has it (0s: try once).
-    #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_duration)]
-    pub(crate) wait: Duration,
+    /// How long to wait for the lease if another holder has it (0s: try once; inf: as long as
+    /// it takes).
+    #[arg(long, value_name = "D", env = "LEASEHOLD_WAIT", default_value = "0s")]
+    pub(crate) wait: String,
 
     /// A name for this holder, shown by `inspect` and to runs refused the lease (at most 128
     /// bytes, no control characters) [default: <hostname>:<pid>].
@@ -169,13 +181,28 @@ pub(crate) struct RunArgs {
 
     /// Keep the lease at least this long after the grant, even if the command exits sooner or
     /// leasehold dies (e.g. 5m), so that a run-once job started on several hosts runs once.
-    #[arg(long, value_name = "D", env = "LEASEHOLD_HOLD_AT_LEAST", value_parser = parse_duration)]
-    pub(crate) hold_at_least: Option<Duration>,
+    #[arg(long, value_name = "D", env = "LEASEHOLD_HOLD_AT_LEAST")]
+    pub(crate) hold_at_least: Option<String>,
 
     /// Time between SIGTERM and SIGKILL when the lease is lost, or for what the command leaves
     /// running when it exits (capped by what is left of the lease).
-    #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_duration)]
-    pub(crate) grace: Duration,
+    #[arg(long, value_name = "D", env = "LEASEHOLD_GRACE", default_value = "5s")]
+    pub(crate) grace: String,
+
+    /// Exit status when another holder has the lease (not acquired within --wait): 0 makes a
+    /// skipped run a success, as flock -E 0 does [default: 75].
+    #[arg(long, value_name = "N", env = "LEASEHOLD_CONFLICT_EXIT_CODE")]
+    pub(crate) conflict_exit_code: Option<String>,
+
+    /// Exit status when the lease was lost while the command ran, or ended before it did
+    /// (pick one the command itself never uses) [default: 70].
+    #[arg(long, value_name = "N", env = "LEASEHOLD_LOSS_EXIT_CODE")]
+    pub(crate) loss_exit_code: Option<String>,
+
+    /// At the end, write one JSON object on a line of stderr: outcome, exit status, fence, time
+    /// waited and held, and the release's outcome.
+    #[arg(long, env = "LEASEHOLD_JSON")]
+    pub(crate) json: bool,
 
     /// The command to run and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -190,7 +217,12 @@ pub(crate) struct InspectArgs {
     pub(crate) resource: OsString,
 
     /// The purpose the lease was taken for.
-    #[arg(long, value_name = "P", default_value = "cli")]
+    #[arg(
+        long,
+        value_name = "P",
+        env = "LEASEHOLD_PURPOSE",
+        default_value = "cli"
+    )]
     pub(crate) purpose: String,
 
     /// Print one JSON object instead of a sentence.
@@ -226,9 +258,11 @@ mod tests {
             panic!("not run");
         };
         assert_eq!(run.resource, "orders/42");
-        assert_eq!(run.ttl, Duration::from_secs(2));
-        assert_eq!(run.wait, Duration::ZERO);
-        assert_eq!(run.grace, Duration::from_secs(5));
+        assert_eq!(run.ttl, "2s");
+        assert_eq!(run.wait, "0s");
+        assert_eq!(run.grace, "5s");
+        assert_eq!(run.conflict_exit_code, None);
+        assert_eq!(run.loss_exit_code, None);
         assert_eq!(run.purpose, "cli");
         assert_eq!(run.command, ["sh", "-c", "exit 3"]);
     }
@@ -251,7 +285,7 @@ mod tests {
             panic!("not run");
         };
         assert_eq!(run.holder.as_deref(), Some("host-3"));
-        assert_eq!(run.hold_at_least, Some(Duration::from_secs(90)));
+        assert_eq!(run.hold_at_least.as_deref(), Some("1m 30s"));
     }
 
     #[test]

@@ -16,6 +16,8 @@ use leasehold_redis::leasehold::{
 use leasehold_redis::{RedisBackend, RedisSettings};
 
 use crate::args::{Cli, Command, InspectArgs, RunArgs};
+use crate::duration::{Wait, Written, parse_duration, parse_wait};
+use crate::exit;
 use crate::holder::default_holder_name;
 use crate::redact::mask_url;
 use crate::stop::StopPolicy;
@@ -32,6 +34,10 @@ pub(crate) enum Config {
     Run(RunConfig),
     Inspect(InspectConfig),
     Demo(DemoConfig),
+    /// Print a completion script for the shell.
+    Completions(clap_complete::Shell),
+    /// Print the man page.
+    Man,
 }
 
 /// Why the command line cannot be acted on.
@@ -55,6 +61,35 @@ fn usage(message: impl Into<String>) -> ConfigError {
     ConfigError::Usage(message.into())
 }
 
+/// Which values came from the environment rather than the command line, by clap's argument
+/// id: a bad value is reported under the name the user set it by.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Origins {
+    from_env: Vec<String>,
+}
+
+impl Origins {
+    /// From the ids of the arguments whose values came from their environment variables.
+    pub(crate) fn from_env(ids: impl IntoIterator<Item = String>) -> Self {
+        Self {
+            from_env: ids.into_iter().collect(),
+        }
+    }
+
+    /// The name to report a value under: `--ttl`, or `LEASEHOLD_TTL` if that is where it came
+    /// from.
+    pub(crate) fn name(&self, id: &str) -> String {
+        if self.from_env.iter().any(|e| e == id) {
+            match id {
+                "redis" => "LEASEHOLD_REDIS_URL".to_owned(),
+                _ => format!("LEASEHOLD_{}", id.to_ascii_uppercase()),
+            }
+        } else {
+            format!("--{}", id.replace('_', "-"))
+        }
+    }
+}
+
 /// A Redis server to talk to: the backend (URL parsed, not connected) and how to name it.
 pub(crate) struct Target {
     pub(crate) backend: RedisBackend,
@@ -71,10 +106,10 @@ impl fmt::Debug for Target {
 }
 
 impl Target {
-    fn open(url: &str, settings: RedisSettings) -> Result<Self, ConfigError> {
+    fn open(url: &str, settings: RedisSettings, origins: &Origins) -> Result<Self, ConfigError> {
         let shown = mask_url(url);
         let backend = RedisBackend::open(url, settings)
-            .map_err(|e| usage(format!("--redis {shown}: {e}")))?;
+            .map_err(|e| usage(format!("{} {shown}: {e}", origins.name("redis"))))?;
         Ok(Self { backend, shown })
     }
 }
@@ -86,6 +121,16 @@ pub(crate) struct RunConfig {
     /// The request, with its attempt made once here and kept for every replay.
     pub(crate) request: LeaseRequest,
     pub(crate) stop: StopPolicy,
+    /// `--wait inf`: acquire again after every wait of [`MAX_WAIT`] that ends contended.
+    pub(crate) wait_forever: bool,
+    /// `--wait` as the user wrote it, for messages.
+    pub(crate) wait_text: String,
+    /// The exit status for a lease another holder has.
+    pub(crate) conflict_exit_code: u8,
+    /// The exit status for a lease lost while the command ran.
+    pub(crate) loss_exit_code: u8,
+    /// `--json`: a summary line on stderr at the end.
+    pub(crate) json: bool,
     pub(crate) program: OsString,
     pub(crate) args: Vec<OsString>,
 }
@@ -113,27 +158,50 @@ impl Config {
     /// Validates the parsed command line. `redis_on_command_line` says whether `--redis` was
     /// typed (rather than taken from the environment or the default): only then does `demo`
     /// use it.
-    pub(crate) fn from_cli(cli: Cli, redis_on_command_line: bool) -> Result<Self, ConfigError> {
+    pub(crate) fn from_cli(
+        cli: Cli,
+        redis_on_command_line: bool,
+        origins: &Origins,
+    ) -> Result<Self, ConfigError> {
         let settings = RedisSettings::default()
             .with_namespace(&cli.namespace)
-            .map_err(|e| usage(format!("--namespace: {e}")))?;
+            .map_err(|e| usage(format!("{}: {e}", origins.name("namespace"))))?;
         match cli.command {
-            Command::Run(args) => run(&cli.redis, settings, args).map(Config::Run),
-            Command::Inspect(args) => inspect(&cli.redis, settings, args).map(Config::Inspect),
+            Command::Run(args) => run(&cli.redis, settings, args, origins).map(Config::Run),
+            Command::Inspect(args) => {
+                inspect(&cli.redis, settings, args, origins).map(Config::Inspect)
+            }
             Command::Demo => Ok(Config::Demo(DemoConfig {
                 // Checked here like the other commands' URLs, so that a bad one is a usage
                 // error before the story starts, not a failure in the middle of it.
                 target: redis_on_command_line
-                    .then(|| Target::open(&cli.redis, settings.clone()))
+                    .then(|| Target::open(&cli.redis, settings.clone(), origins))
                     .transpose()?,
                 settings,
             })),
+            Command::Completions { shell } => Ok(Config::Completions(shell)),
+            Command::Man => Ok(Config::Man),
         }
     }
 }
 
-fn purpose(text: &str) -> Result<Purpose, ConfigError> {
-    Purpose::new(text).map_err(|e| usage(format!("--purpose {text:?}: {e}")))
+fn purpose(text: &str, origins: &Origins) -> Result<Purpose, ConfigError> {
+    Purpose::new(text).map_err(|e| usage(format!("{} {text:?}: {e}", origins.name("purpose"))))
+}
+
+/// A duration flag or variable, parsed.
+fn duration(text: &str, id: &str, origins: &Origins) -> Result<Written, ConfigError> {
+    parse_duration(text).map_err(|e| usage(format!("{} {text:?}: {e}", origins.name(id))))
+}
+
+/// An exit status flag or variable: 0 to 255.
+fn exit_code(text: &str, id: &str, origins: &Origins) -> Result<u8, ConfigError> {
+    text.trim().parse::<u8>().map_err(|_| {
+        usage(format!(
+            "{} {text:?}: an exit status is a whole number from 0 to 255",
+            origins.name(id)
+        ))
+    })
 }
 
 fn resource(raw: &OsString) -> Result<ResourceDigest, ConfigError> {
@@ -146,67 +214,101 @@ fn resource(raw: &OsString) -> Result<ResourceDigest, ConfigError> {
 /// Timeouts scaled to the lease: a renewal that hangs for the library's default 200 ms, or a
 /// reconnect that takes its default 1 s, must not eat a short lease before the loss signal
 /// can fire. Never longer than the defaults.
-fn settings_for_ttl(settings: RedisSettings, ttl: Duration) -> Result<RedisSettings, ConfigError> {
+fn settings_for_ttl(
+    settings: RedisSettings,
+    ttl: Duration,
+    origins: &Origins,
+) -> Result<RedisSettings, ConfigError> {
     let defaults = RedisSettings::default();
     let tenth = (ttl / 10).max(Duration::from_millis(1));
     settings
         .with_command_timeout(defaults.command_timeout().min(tenth))
         .and_then(|s| s.with_connect_timeout(defaults.connect_timeout().min(tenth)))
-        .map_err(|e| usage(format!("--ttl: {e}")))
+        .map_err(|e| usage(format!("{}: {e}", origins.name("ttl"))))
 }
 
-fn run(url: &str, settings: RedisSettings, args: RunArgs) -> Result<RunConfig, ConfigError> {
-    let purpose = purpose(&args.purpose)?;
+fn run(
+    url: &str,
+    settings: RedisSettings,
+    args: RunArgs,
+    origins: &Origins,
+) -> Result<RunConfig, ConfigError> {
+    let name = |id| origins.name(id);
+    let purpose = purpose(&args.purpose, origins)?;
     let resource = resource(&args.resource)?;
+    let ttl = duration(&args.ttl, "ttl", origins)?;
+    let wait = parse_wait(&args.wait)
+        .map_err(|e| usage(format!("{} {:?}: {e}", name("wait"), args.wait)))?;
+    let grace = duration(&args.grace, "grace", origins)?;
+    let hold = args
+        .hold_at_least
+        .as_deref()
+        .map(|text| duration(text, "hold_at_least", origins))
+        .transpose()?;
+    let code = |text: &Option<String>, id, default| {
+        text.as_deref()
+            .map_or(Ok(default), |text| exit_code(text, id, origins))
+    };
+    let conflict_exit_code = code(
+        &args.conflict_exit_code,
+        "conflict_exit_code",
+        exit::NOT_ACQUIRED,
+    )?;
+    let loss_exit_code = code(&args.loss_exit_code, "loss_exit_code", exit::LEASE_LOST)?;
     let operation = OperationId::new(format!("leasehold-run-{}", std::process::id()))
         .map_err(|e| ConfigError::Setup(e.to_string()))?;
     let attempt = Attempt::new(operation).map_err(|e| ConfigError::Setup(e.to_string()))?;
     let drift = DriftBudget::default();
-    let request = LeaseRequest::new(purpose, resource, attempt, args.ttl, drift).map_err(|e| {
-        usage(format!(
-            "--ttl {}: {e}",
-            humantime::format_duration(args.ttl)
-        ))
-    })?;
-    if args.ttl < MIN_RUN_TTL {
+    let request = LeaseRequest::new(purpose, resource, attempt, ttl.value, drift)
+        .map_err(|e| usage(format!("{} {}: {e}", name("ttl"), ttl.text)))?;
+    if ttl.value < MIN_RUN_TTL {
         return Err(usage(format!(
-            "--ttl {}: must be at least {} for `run` (renewals and stopping the command need room \
+            "{} {}: must be at least {} for `run` (renewals and stopping the command need room \
              inside the lease)",
-            humantime::format_duration(args.ttl),
+            name("ttl"),
+            ttl.text,
             humantime::format_duration(MIN_RUN_TTL),
         )));
     }
-    let request = request.with_wait_timeout(args.wait).map_err(|_| {
+    let (wait_timeout, wait_forever, wait_text) = match wait {
+        Wait::Up(wait) => (wait.value, false, wait.text),
+        Wait::Forever => (MAX_WAIT, true, "inf".to_owned()),
+    };
+    let request = request.with_wait_timeout(wait_timeout).map_err(|_| {
         usage(format!(
-            "--wait {}: must be at most {}",
-            humantime::format_duration(args.wait),
+            "{} {wait_text}: must be at most {}, or inf",
+            name("wait"),
             humantime::format_duration(MAX_WAIT),
         ))
     })?;
     // The name is public text shown to operators; the error never repeats it (it may hold
     // the control characters it is refused for).
     let holder = match &args.holder {
-        Some(name) => Some(HolderName::new(name).map_err(|e| usage(format!("--holder: {e}")))?),
+        Some(holder) => {
+            Some(HolderName::new(holder).map_err(|e| usage(format!("{}: {e}", name("holder"))))?)
+        }
         None => default_holder_name(),
     };
     let request = match holder {
         Some(name) => request.with_holder_name(name),
         None => request,
     };
-    let request = match args.hold_at_least {
-        Some(hold) => request.with_min_hold(hold).map_err(|e| {
+    let request = match hold {
+        Some(hold) => request.with_min_hold(hold.value).map_err(|e| {
             usage(format!(
-                "--hold-at-least {}: {e} (at most {})",
-                humantime::format_duration(hold),
+                "{} {}: {e} (at most {})",
+                name("hold_at_least"),
+                hold.text,
                 humantime::format_duration(MAX_TTL),
             ))
         })?,
         None => request,
     };
-    if args.grace > MAX_GRACE {
+    if grace.value > MAX_GRACE {
         return Err(usage(format!(
-            "--grace {}: must be at most {}",
-            humantime::format_duration(args.grace),
+            "{} {}: must be at most {}",
+            name("grace"),
+            grace.text,
             humantime::format_duration(MAX_GRACE),
         )));
     }
@@ -215,11 +317,16 @@ fn run(url: &str, settings: RedisSettings, args: RunArgs) -> Result<RunConfig, C
         .next()
         .filter(|p| !p.is_empty())
         .ok_or_else(|| usage("no command given after `--`"))?;
-    let settings = settings_for_ttl(settings, args.ttl)?;
+    let settings = settings_for_ttl(settings, ttl.value, origins)?;
     Ok(RunConfig {
-        target: Target::open(url, settings)?,
-        stop: StopPolicy::new(args.ttl, args.grace),
+        target: Target::open(url, settings, origins)?,
+        stop: StopPolicy::new(ttl.value, grace.value),
         request,
+        wait_forever,
+        wait_text,
+        conflict_exit_code,
+        loss_exit_code,
+        json: args.json,
         program,
         args: command.collect(),
     })
@@ -229,13 +336,14 @@ fn inspect(
     url: &str,
     settings: RedisSettings,
     args: InspectArgs,
+    origins: &Origins,
 ) -> Result<InspectConfig, ConfigError> {
     Ok(InspectConfig {
-        purpose: purpose(&args.purpose)?,
+        purpose: purpose(&args.purpose, origins)?,
         resource: resource(&args.resource)?,
         resource_name: args.resource.to_string_lossy().into_owned(),
         json: args.json,
-        target: Target::open(url, settings)?,
+        target: Target::open(url, settings, origins)?,
     })
 }
 
@@ -247,7 +355,11 @@ mod tests {
     fn config(argv: &[&str]) -> Result<Config, ConfigError> {
         let mut full = vec!["leasehold", "--redis", "redis://127.0.0.1:1"];
         full.extend_from_slice(argv);
-        Config::from_cli(Cli::try_parse_from(full).expect("parses"), true)
+        Config::from_cli(
+            Cli::try_parse_from(full).expect("parses"),
+            true,
+            &Origins::default(),
+        )
     }
 
     fn usage_message(argv: &[&str]) -> String {
@@ -316,6 +428,22 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_of_inf_waits_in_rounds_of_the_longest_wait() {
+        let Ok(Config::Run(run)) = config(&["run", "r", "--wait", "inf", "--", "true"]) else {
+            panic!("not a run config");
+        };
+        assert!(run.wait_forever);
+        assert_eq!(run.request.wait_timeout(), MAX_WAIT);
+        let Ok(Config::Run(run)) = config(&["run", "r", "--wait", "90", "--", "true"]) else {
+            panic!("not a run config");
+        };
+        assert!(!run.wait_forever);
+        assert_eq!(run.request.wait_timeout(), Duration::from_secs(90));
+        assert_eq!(run.wait_text, "90");
+        assert_eq!((run.conflict_exit_code, run.loss_exit_code), (75, 70));
+    }
+
+    #[test]
     fn short_leases_get_short_timeouts() {
         let Ok(Config::Run(run)) = config(&["run", "r", "--ttl", "500ms", "--", "true"]) else {
             panic!("not a run config");
@@ -372,7 +500,7 @@ mod tests {
             "r",
         ])
         .unwrap();
-        match Config::from_cli(cli, true) {
+        match Config::from_cli(cli, true, &Origins::default()) {
             Err(ConfigError::Usage(m)) => {
                 assert!(m.contains("--redis"), "{m}");
                 assert!(!m.contains("hunter2"), "{m}");
@@ -384,11 +512,11 @@ mod tests {
     #[test]
     fn the_demo_uses_only_a_typed_url() {
         let cli = || Cli::try_parse_from(["leasehold", "demo"]).unwrap();
-        let Ok(Config::Demo(demo)) = Config::from_cli(cli(), false) else {
+        let Ok(Config::Demo(demo)) = Config::from_cli(cli(), false, &Origins::default()) else {
             panic!("not a demo");
         };
         assert!(demo.target.is_none());
-        let Ok(Config::Demo(demo)) = Config::from_cli(cli(), true) else {
+        let Ok(Config::Demo(demo)) = Config::from_cli(cli(), true, &Origins::default()) else {
             panic!("not a demo");
         };
         assert!(demo.target.is_some());
@@ -399,7 +527,7 @@ mod tests {
         let cli = || {
             Cli::try_parse_from(["leasehold", "--redis", "redis://:hun?ter2@h:x", "demo"]).unwrap()
         };
-        match Config::from_cli(cli(), true) {
+        match Config::from_cli(cli(), true, &Origins::default()) {
             Err(ConfigError::Usage(m)) => {
                 assert!(m.contains("--redis"), "{m}");
                 assert!(!m.contains("ter2"), "{m}");
@@ -408,7 +536,7 @@ mod tests {
         }
         // Not typed (from the environment): ignored, so not checked either.
         assert!(matches!(
-            Config::from_cli(cli(), false),
+            Config::from_cli(cli(), false, &Origins::default()),
             Ok(Config::Demo(DemoConfig { target: None, .. }))
         ));
     }

@@ -39,7 +39,7 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory as _, FromArgMatches as _};
 
 use crate::args::Cli;
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Origins};
 
 fn main() -> ExitCode {
     let matches = match Cli::command().try_get_matches() {
@@ -49,6 +49,7 @@ fn main() -> ExitCode {
     };
     let redis_typed = matches.value_source("redis") == Some(ValueSource::CommandLine);
     let subcommand = matches.subcommand_name().map(str::to_owned);
+    let origins = Origins::from_env(from_env(&matches));
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => return exit_with_clap_error(&e),
@@ -56,7 +57,7 @@ fn main() -> ExitCode {
     if let Err(message) = log::init(log::Verbosity::from_flags(cli.verbose, cli.quiet)) {
         return exit_with_clap_error(&usage_error(subcommand.as_deref(), message));
     }
-    let config = match Config::from_cli(cli, redis_typed) {
+    let config = match Config::from_cli(cli, redis_typed, &origins) {
         Ok(config) => config,
         Err(ConfigError::Usage(message)) => {
             return exit_with_clap_error(&usage_error(subcommand.as_deref(), message));
@@ -66,6 +67,31 @@ fn main() -> ExitCode {
             return exit::code(exit::FAILURE);
         }
     };
+    // Generated from the command line's definition: no I/O but stdout.
+    match config {
+        Config::Completions(shell) => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "leasehold",
+                &mut std::io::stdout(),
+            );
+            return exit::code(0);
+        }
+        Config::Man => {
+            return match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+                Ok(()) => exit::code(0),
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    exit::code(exit::BROKEN_PIPE)
+                }
+                Err(e) => {
+                    eprintln!("leasehold: cannot write the man page: {e}");
+                    exit::code(exit::FAILURE)
+                }
+            };
+        }
+        _ => {}
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -81,9 +107,26 @@ fn main() -> ExitCode {
             Config::Run(config) => run::run(config).await,
             Config::Inspect(config) => inspect::inspect(config).await,
             Config::Demo(config) => demo::demo(config).await,
+            Config::Completions(_) | Config::Man => exit::FAILURE,
         }
     });
     exit::code(code)
+}
+
+/// The ids of the arguments, global or the subcommand's, whose values came from the
+/// environment.
+fn from_env(matches: &clap::ArgMatches) -> Vec<String> {
+    let env = |m: &clap::ArgMatches| {
+        m.ids()
+            .filter(|id| m.value_source(id.as_str()) == Some(ValueSource::EnvVariable))
+            .map(|id| id.as_str().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let mut ids = env(matches);
+    if let Some((_, sub)) = matches.subcommand() {
+        ids.extend(env(sub));
+    }
+    ids
 }
 
 /// A validation error in clap's format, with the usage line of the subcommand it is about.

@@ -37,8 +37,63 @@ const RESOLVE_BUDGET: Duration = Duration::from_secs(1);
 /// cleanup, then releasing this attempt's grant.
 const CLEANUP_BUDGET: Duration = Duration::from_secs(2);
 
-/// Runs `leasehold run` and returns its exit code.
+/// What `run --json` reports at the end, filled in as the run goes.
+#[derive(Debug, Default)]
+struct Report {
+    /// `completed`, `not_acquired`, `lost`, `unavailable`, `unusable_key`, `not_started`,
+    /// `interrupted` or `failed`.
+    outcome: &'static str,
+    fence: Option<u64>,
+    waited: Option<Duration>,
+    held: Option<Duration>,
+    command_exit: Option<u8>,
+    release: Option<&'static str>,
+}
+
+impl Report {
+    /// The JSON line: one object, every key always present.
+    fn line(&self, exit: u8) -> String {
+        let ms = |d: Option<Duration>| d.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        serde_json::json!({
+            "outcome": if self.outcome.is_empty() { "failed" } else { self.outcome },
+            "exit": exit,
+            "command_exit": self.command_exit,
+            "fence": self.fence,
+            "waited_ms": ms(self.waited),
+            "held_ms": ms(self.held),
+            "release": self.release,
+        })
+        .to_string()
+    }
+}
+
+/// The `release` key of a report.
+fn release_kind(outcome: &ReleaseOutcome) -> &'static str {
+    match outcome {
+        ReleaseOutcome::Released => "released",
+        ReleaseOutcome::AlreadyGone => "already_gone",
+        ReleaseOutcome::NotOwner => "not_owner",
+        ReleaseOutcome::Indeterminate(_) => "indeterminate",
+        ReleaseOutcome::Unavailable(_) => "unavailable",
+        ReleaseOutcome::Overloaded => "overloaded",
+        ReleaseOutcome::Refused { .. } => "refused",
+        _ => "unknown",
+    }
+}
+
+/// Runs `leasehold run` and returns its exit code; with `--json`, writes its report last.
 pub(crate) async fn run(config: RunConfig) -> u8 {
+    let json = config.json;
+    let mut report = Report::default();
+    let code = run_reporting(config, &mut report).await;
+    if json {
+        eprintln!("{}", report.line(code));
+    }
+    code
+}
+
+async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
+    let started = std::time::Instant::now();
     let mut signals = match Signals::new() {
         Ok(signals) => signals,
         Err(e) => {
@@ -50,24 +105,42 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
         target,
         request,
         stop,
+        wait_forever,
+        wait_text,
+        conflict_exit_code,
+        loss_exit_code,
+        json: _,
         program,
         args,
     } = config;
+    let exits = Exits {
+        conflict: conflict_exit_code,
+        loss: loss_exit_code,
+    };
     let shown = target.shown;
     let client = RedisBackend::into_client(target.backend);
 
     let acquired = tokio::select! {
-        acquired = acquire(&client, &request, &shown) => acquired,
+        acquired = acquire(&client, &request, &shown, wait_forever, &wait_text, exits) => acquired,
         caught = signals.next() => {
             eprintln!("leasehold: {} before the command started; giving up", caught.name());
             abandon(&client, &request).await;
+            report.outcome = "interrupted";
+            report.waited = Some(started.elapsed());
             return caught.exit_code();
         }
     };
+    report.waited = Some(started.elapsed());
     let lease = match acquired {
         Ok(lease) => lease,
-        Err(code) => return code,
+        Err((code, outcome)) => {
+            report.outcome = outcome;
+            return code;
+        }
     };
+    report.fence = Some(lease.fence().get());
+    let granted = std::time::Instant::now();
+    report.outcome = "not_started";
 
     // From here the one-call layer's guard keeps the lease alive and releases it; a lease it
     // cannot keep has been released already.
@@ -75,6 +148,7 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
         Ok(kept) => kept,
         Err(e) => {
             eprintln!("leasehold: cannot keep the lease alive: {e}; the command was not started");
+            report.outcome = "unavailable";
             return exit::UNAVAILABLE;
         }
     };
@@ -86,7 +160,8 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
              started",
             format_duration(kept.handle().remaining_validity())
         );
-        report_release(kept.release().await);
+        report_release(released(kept.release().await, report, granted));
+        report.outcome = "unavailable";
         return exit::UNAVAILABLE;
     }
 
@@ -100,7 +175,7 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
                 exit::CANNOT_EXECUTE
             };
             eprintln!("leasehold: cannot run {}: {e}", program.display());
-            report_release(kept.release().await);
+            report_release(released(kept.release().await, report, granted));
             return code;
         }
     };
@@ -108,7 +183,7 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
         // A freshly spawned child always has a pid; this is unreachable in practice.
         eprintln!("leasehold: the command has no process id; stopping it");
         let _ = child.kill().await;
-        report_release(kept.release().await);
+        report_release(released(kept.release().await, report, granted));
         return exit::FAILURE;
     };
     let mut command = Launched { child, group };
@@ -119,18 +194,22 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
     // Returns once nothing of the command's group is left: only then may the lease go.
     let Ended { status, lease_lost } = supervise(&mut command, &kept, stop, &mut signals).await;
     match &status {
-        Ok(status) => tracing::info!(exit = exit::of_child(*status), "the command ended"),
+        Ok(status) => {
+            report.command_exit = Some(exit::of_child(*status));
+            tracing::info!(exit = exit::of_child(*status), "the command ended");
+        }
         Err(e) => tracing::info!(error = %e, "the command ended, untracked"),
     }
-    let released = kept.release().await;
-    tracing::info!(outcome = %released, "released the lease");
-    let ended_early = report_release(released);
+    let release = released(kept.release().await, report, granted);
+    tracing::info!(outcome = %release, "released the lease");
+    let ended_early = report_release(release);
     if lease_lost {
         eprintln!(
             "leasehold: the lease was lost while the command ran; its work may not have been \
              covered by the lease"
         );
-        return exit::LEASE_LOST;
+        report.outcome = "lost";
+        return exits.loss;
     }
     if let Some(found) = ended_early {
         // The command exited while the lease still looked valid, yet the grant was gone by
@@ -143,10 +222,14 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
                 Err(_) => "untracked".to_owned(),
             }
         );
-        return exit::LEASE_LOST;
+        report.outcome = "lost";
+        return exits.loss;
     }
     match status {
-        Ok(status) => exit::of_child(status),
+        Ok(status) => {
+            report.outcome = "completed";
+            exit::of_child(status)
+        }
         Err(e) => {
             eprintln!("leasehold: lost track of the command ({e}); it was killed");
             exit::FAILURE
@@ -154,7 +237,29 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
     }
 }
 
-/// Acquires, waiting up to the request's wait timeout; resolves an unknown outcome by replay.
+/// The exit statuses `run` was told to use.
+#[derive(Debug, Clone, Copy)]
+struct Exits {
+    /// Another holder has the lease.
+    conflict: u8,
+    /// The lease was lost while the command ran.
+    loss: u8,
+}
+
+/// Records a release's outcome and the time held in `report`, and passes the outcome on.
+fn released(
+    outcome: ReleaseOutcome,
+    report: &mut Report,
+    granted: std::time::Instant,
+) -> ReleaseOutcome {
+    report.release = Some(release_kind(&outcome));
+    report.held = Some(granted.elapsed());
+    outcome
+}
+
+/// Acquires, waiting up to the request's wait timeout (with `forever`, again after every wait
+/// that ends contended); resolves an unknown outcome by replay. A refusal is the exit code and
+/// the report's outcome.
 ///
 /// Giving up on an outcome that stayed unknown cleans up behind it ([`abandon`]): without a
 /// reply there is no handle to release a grant with, and a stalled server may still apply the
@@ -163,16 +268,25 @@ async fn acquire(
     client: &RedisLeases,
     request: &LeaseRequest,
     shown: &str,
-) -> Result<LeaseHandle<RedisBackend>, u8> {
-    let outcome = match client.acquire(request).await {
-        AcquireOutcome::Indeterminate { cause, .. } => {
-            note!(
-                "leasehold: the acquire's outcome is unknown ({cause}); replaying the same \
-                 attempt to find out"
-            );
-            client.resolve(request, cause, RESOLVE_BUDGET).await
+    forever: bool,
+    wait_text: &str,
+    exits: Exits,
+) -> Result<LeaseHandle<RedisBackend>, (u8, &'static str)> {
+    let outcome = loop {
+        let outcome = match client.acquire(request).await {
+            AcquireOutcome::Indeterminate { cause, .. } => {
+                note!(
+                    "leasehold: the acquire's outcome is unknown ({cause}); replaying the same \
+                     attempt to find out"
+                );
+                client.resolve(request, cause, RESOLVE_BUDGET).await
+            }
+            other => other,
+        };
+        match outcome {
+            AcquireOutcome::Contended(_) if forever => {}
+            other => break other,
         }
-        other => other,
     };
     match outcome {
         AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease) => {
@@ -190,14 +304,20 @@ async fn acquire(
                 format_duration(RESOLVE_BUDGET.min(request.ttl()))
             );
             abandon(client, request).await;
-            Err(exit::UNAVAILABLE)
+            Err((exit::UNAVAILABLE, "unavailable"))
         }
-        other => Err(not_acquired(other, request, shown)),
+        other => Err(not_acquired(other, request, shown, wait_text, exits)),
     }
 }
 
 /// Reports an outcome that carries no lease and returns the exit code for it.
-fn not_acquired(outcome: AcquireOutcome<RedisBackend>, request: &LeaseRequest, shown: &str) -> u8 {
+fn not_acquired(
+    outcome: AcquireOutcome<RedisBackend>,
+    request: &LeaseRequest,
+    shown: &str,
+    wait_text: &str,
+    exits: Exits,
+) -> (u8, &'static str) {
     match outcome {
         AcquireOutcome::Contended(c) | AcquireOutcome::OwnerOperationConflict(c) => {
             let mut holder = c
@@ -216,30 +336,30 @@ fn not_acquired(outcome: AcquireOutcome<RedisBackend>, request: &LeaseRequest, s
             let within = if request.wait_timeout().is_zero() {
                 String::new()
             } else {
-                format!(" within {}", format_duration(request.wait_timeout()))
+                format!(" within {wait_text}")
             };
             note!(
                 "leasehold: not acquired{within}: held by {holder}{fence}, retry after {}",
                 format_duration(c.retry_after)
             );
-            exit::NOT_ACQUIRED
+            (exits.conflict, "not_acquired")
         }
         AcquireOutcome::Unavailable(u) => {
             if let UnavailableCause::UnusableKey(what) = u.cause {
-                return exit::unusable_key(what, shown);
+                return (exit::unusable_key(what, shown), "unusable_key");
             }
             eprintln!("leasehold: Redis unavailable at {shown}: {u}; the command was not started");
-            exit::UNAVAILABLE
+            (exit::UNAVAILABLE, "unavailable")
         }
         AcquireOutcome::Overloaded => {
             eprintln!("leasehold: too many commands in flight; the command was not started");
-            exit::UNAVAILABLE
+            (exit::UNAVAILABLE, "unavailable")
         }
         other => {
             eprintln!(
                 "leasehold: unexpected acquire outcome ({other}); the command was not started"
             );
-            exit::UNAVAILABLE
+            (exit::UNAVAILABLE, "unavailable")
         }
     }
 }

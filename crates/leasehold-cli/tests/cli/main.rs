@@ -27,6 +27,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// A shell loop that keeps a command busy, bounded so that nothing outlives a failed test.
 const SPIN: &str = "i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done";
 
+mod conventions;
 mod demo;
 mod inspect;
 mod logs;
@@ -44,13 +45,13 @@ mod usage;
 /// A `leasehold` command with a clean environment for its own variables.
 fn leasehold(url: &str) -> Command {
     let mut command = Command::new(BIN);
+    // Every LEASEHOLD_* variable sets a flag: none of the test runner's may leak in.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("LEASEHOLD_") {
+            command.env_remove(name);
+        }
+    }
     command
-        .env_remove("LEASEHOLD_REDIS_URL")
-        .env_remove("LEASEHOLD_NAMESPACE")
-        .env_remove("LEASEHOLD_REDIS_SERVER")
-        .env_remove("LEASEHOLD_HOLDER")
-        .env_remove("LEASEHOLD_HOLD_AT_LEAST")
-        .env_remove("LEASEHOLD_LOG")
         .env_remove("RUST_LOG")
         .arg("--redis")
         .arg(url)

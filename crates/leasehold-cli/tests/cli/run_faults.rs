@@ -216,3 +216,28 @@ fn an_acquire_applied_after_run_gave_up_leaves_no_grant() {
     );
     assert!(!scratch.path("ran").exists(), "the command ran");
 }
+
+#[test]
+fn a_lost_lease_exits_with_the_loss_exit_code_asked_for() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let mut command = leasehold(&server.url());
+    command
+        .env("LEASEHOLD_LOSS_EXIT_CODE", "99")
+        .args(["run", "r", "--ttl", "30s", "--"])
+        .args(scratch.sh(r#"while [ ! -e "$D/go" ]; do sleep 0.01; done; exit 70"#));
+    let running = Running::start(command);
+    wait_until("the grant", || {
+        (server.cmd(&["EXISTS", &lease_key("r")]) == Reply::Int(1)).then_some(())
+    });
+    server.cmd(&["DEL", &lease_key("r")]);
+    std::fs::write(scratch.path("go"), "").unwrap();
+    // The command's own 70 is no longer mistaken for a loss: the loss is 99.
+    let done = running.finish();
+    done.assert_code(99);
+    assert!(
+        done.stderr
+            .contains("the lease ended before the command did"),
+        "{done:#?}"
+    );
+}
