@@ -67,20 +67,6 @@ impl Report {
     }
 }
 
-/// The `release` key of a report.
-fn release_kind(outcome: &ReleaseOutcome) -> &'static str {
-    match outcome {
-        ReleaseOutcome::Released => "released",
-        ReleaseOutcome::AlreadyGone => "already_gone",
-        ReleaseOutcome::NotOwner => "not_owner",
-        ReleaseOutcome::Indeterminate(_) => "indeterminate",
-        ReleaseOutcome::Unavailable(_) => "unavailable",
-        ReleaseOutcome::Overloaded => "overloaded",
-        ReleaseOutcome::Refused { .. } => "refused",
-        _ => "unknown",
-    }
-}
-
 /// Runs `leasehold run` and returns its exit code; with `--json`, writes its report last.
 pub(crate) async fn run(config: RunConfig) -> u8 {
     let json = config.json;
@@ -252,7 +238,7 @@ fn released(
     report: &mut Report,
     granted: std::time::Instant,
 ) -> ReleaseOutcome {
-    report.release = Some(release_kind(&outcome));
+    report.release = Some(outcome.kind());
     report.held = Some(granted.elapsed());
     outcome
 }

@@ -506,7 +506,7 @@ impl<B: LeaseBackend> LeaseHandle<B> {
             ReleaseReply::Failed(Failure::Overloaded) => ReleaseOutcome::Overloaded,
         };
         drop(core);
-        let kind = telemetry::release_kind(&outcome);
+        let kind = outcome.kind();
         let confirmed = matches!(outcome, ReleaseOutcome::Released);
         let held = now.saturating_duration_since(self.shared.granted_at);
         telemetry::released(self.purpose(), kind, confirmed.then_some(held));

@@ -300,6 +300,21 @@ pub enum ReleaseOutcome {
 }
 
 impl ReleaseOutcome {
+    /// The outcome's name in snake case (`released`, `already_gone`, `not_owner`,
+    /// `indeterminate`, `unavailable`, `overloaded`, `refused`): the `outcome` label of
+    /// `leasehold_releases_total`, and what machine-readable reports print.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ReleaseOutcome::Released => "released",
+            ReleaseOutcome::AlreadyGone => "already_gone",
+            ReleaseOutcome::NotOwner => "not_owner",
+            ReleaseOutcome::Indeterminate(_) => "indeterminate",
+            ReleaseOutcome::Unavailable(_) => "unavailable",
+            ReleaseOutcome::Overloaded => "overloaded",
+            ReleaseOutcome::Refused { .. } => "refused",
+        }
+    }
+
     /// Returns true if and only if the release proves the lease had ended before it: the
     /// server held no grant (`AlreadyGone`) or another one (`NotOwner`), or the handle had
     /// already been found lost (`Refused` in [`LeaseState::Lost`]).

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use crate::id::{Purpose, ResourceDigest};
 use crate::keepalive::LossReason;
-use crate::outcome::{InspectOutcome, ReleaseOutcome, RenewOutcome};
+use crate::outcome::{InspectOutcome, RenewOutcome};
 
 /// The metrics' names, and the values their labels take.
 pub mod names {
@@ -121,19 +121,6 @@ pub(crate) fn renew_kind(outcome: &RenewOutcome) -> &'static str {
         RenewOutcome::Unavailable(_) => "unavailable",
         RenewOutcome::Overloaded => "overloaded",
         RenewOutcome::Refused { .. } => "refused",
-    }
-}
-
-/// The `outcome` label of a release.
-pub(crate) fn release_kind(outcome: &ReleaseOutcome) -> &'static str {
-    match outcome {
-        ReleaseOutcome::Released => "released",
-        ReleaseOutcome::AlreadyGone => "already_gone",
-        ReleaseOutcome::NotOwner => "not_owner",
-        ReleaseOutcome::Indeterminate(_) => "indeterminate",
-        ReleaseOutcome::Unavailable(_) => "unavailable",
-        ReleaseOutcome::Overloaded => "overloaded",
-        ReleaseOutcome::Refused { .. } => "refused",
     }
 }
 

@@ -266,10 +266,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
                 ReleaseReply::Failed(Failure::Unavailable(why)) => ReleaseOutcome::Unavailable(why),
                 ReleaseReply::Failed(Failure::Overloaded) => ReleaseOutcome::Overloaded,
             };
-            tracing::debug!(
-                outcome = telemetry::release_kind(&outcome),
-                "attempt's grant released"
-            );
+            tracing::debug!(outcome = outcome.kind(), "attempt's grant released");
             outcome
         }
         .instrument(span)
