@@ -53,6 +53,7 @@ features: msrv
 	$(CARGO) clippy -q -p leasehold-redis --no-default-features -- -D warnings
 	$(CARGO) clippy -q -p leasehold-redis --features tls -- -D warnings
 	$(CARGO) clippy -q -p leasehold-redis --features metrics -- -D warnings
+	$(CARGO) clippy -q -p leasehold-redis --features serde -- -D warnings
 	$(CARGO) clippy -q -p leasehold --features metrics -- -D warnings
 	$(CARGO) clippy -q -p leasehold-cli -- -D warnings
 

@@ -18,6 +18,8 @@ pub enum ErrorKind {
     Indeterminate,
     /// The settings ask for something this topology cannot do.
     Unsupported,
+    /// A setting in a [`crate::RedisConfig`] is out of its range.
+    InvalidSetting,
 }
 
 /// An error from setting up the backend (leases themselves report typed outcomes instead).
@@ -37,6 +39,10 @@ pub enum Error {
     /// The settings ask for something this topology cannot do.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A setting in a [`crate::RedisConfig`] is out of its range (what the
+    /// [`crate::RedisSettings`] setter refused).
+    #[error("invalid setting: {0}")]
+    InvalidSetting(String),
 }
 
 impl Error {
@@ -47,12 +53,16 @@ impl Error {
             Error::Unavailable(_) => ErrorKind::Unavailable,
             Error::Indeterminate(_) => ErrorKind::Indeterminate,
             Error::Unsupported(_) => ErrorKind::Unsupported,
+            Error::InvalidSetting(_) => ErrorKind::InvalidSetting,
         }
     }
 
     /// Returns true if and only if trying again later may succeed.
     pub fn is_retryable(&self) -> bool {
-        !matches!(self, Error::InvalidUrl(_) | Error::Unsupported(_))
+        !matches!(
+            self,
+            Error::InvalidUrl(_) | Error::Unsupported(_) | Error::InvalidSetting(_)
+        )
     }
 }
 

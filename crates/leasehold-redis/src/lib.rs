@@ -65,6 +65,8 @@ pub use redis;
 
 mod backend;
 mod classify;
+#[cfg(feature = "serde")]
+mod config;
 mod decode;
 mod error;
 mod eviction;
@@ -76,8 +78,11 @@ mod scripts;
 pub mod settings;
 mod telemetry;
 mod topology;
+mod url;
 
 pub use backend::{RedisBackend, RedisLeases};
+#[cfg(feature = "serde")]
+pub use config::RedisConfig;
 pub use error::{Error, ErrorKind};
 pub use fenced::{FencedWrite, RecordName};
 pub use keys::KeyLayout;

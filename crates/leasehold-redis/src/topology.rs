@@ -11,14 +11,45 @@ use crate::notices;
 use crate::{Error, RedisBackend, RedisSettings};
 
 impl RedisBackend {
-    /// Makes a backend for the server at `url` (`redis://`, `rediss://` or `unix://`). No I/O:
-    /// the connection is made by the first command, or by [`warm_up`](Self::warm_up).
+    /// Makes a backend for the deployment `url` names, whichever its topology. No I/O: the
+    /// connection is made by the first command, or by [`warm_up`](Self::warm_up).
+    ///
+    /// - `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS), `unix:///path`: a
+    ///   standalone server;
+    /// - `redis+sentinel://[user:password@]host[:port][,host[:port]…]/service[/db]` (and
+    ///   `rediss+sentinel://`): the master the Sentinels name for `service`, as
+    ///   [`open_sentinel`](Self::open_sentinel) finds it. The credentials are the master's;
+    ///   `?sentinel_username=…&sentinel_password=…` are the Sentinels' own;
+    /// - `redis+cluster://[user:password@]host[:port][,host[:port]…]` (and
+    ///   `rediss+cluster://`): a Cluster through those seeds, as
+    ///   [`open_cluster`](Self::open_cluster) reaches it, the credentials used on every node.
+    ///
+    /// A port left out is 6379 (26379 for a Sentinel). `valkey` may stand for `redis` in each
+    /// scheme.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidUrl`] if `url` cannot be parsed; [`Error::Unsupported`] for `rediss://`
-    /// without the `tls` feature.
+    /// [`Error::InvalidUrl`] if `url` cannot be parsed, saying which part is wrong (scheme,
+    /// host, port, service, database index) without repeating the URL;
+    /// [`Error::Unsupported`] for TLS without the `tls` feature, or what
+    /// [`open_cluster`](Self::open_cluster) refuses.
     pub fn open(url: &str, settings: RedisSettings) -> Result<Self, Error> {
+        match crate::url::parse(url)? {
+            crate::url::Topology::Standalone(url) => Self::open_standalone(&url, settings),
+            crate::url::Topology::Cluster { seeds } => Self::open_cluster(&seeds, settings),
+            crate::url::Topology::Sentinel {
+                sentinels,
+                service,
+                node,
+            } => {
+                tls_available(&sentinels)?;
+                Self::open_sentinel(&sentinels, &service, Some(node), settings)
+            }
+        }
+    }
+
+    /// A standalone server (TCP, TLS or a Unix socket).
+    fn open_standalone(url: &str, settings: RedisSettings) -> Result<Self, Error> {
         let client = standalone_client(url, &settings)?;
         let endpoint = client.get_connection_info().addr().to_string();
         let notices = notices::Notices::new(
@@ -51,6 +82,7 @@ impl RedisBackend {
         settings: RedisSettings,
     ) -> Result<Self, Error> {
         let seeds = connection_infos(seeds, "a cluster needs at least one seed")?;
+        tls_available(&seeds)?;
         if settings.replication().is_some() {
             // WAIT has no key, so the cluster client would not send it to the script's node.
             return Err(Error::Unsupported(
@@ -164,6 +196,22 @@ fn tls_client(_: redis::ConnectionInfo, _: &RedisSettings) -> Result<redis::Clie
     Err(Error::Unsupported(
         "rediss:// needs leasehold-redis's `tls` feature".into(),
     ))
+}
+
+/// Refuses TLS addresses when the `tls` feature is not compiled in (redis-rs would only fail
+/// at the first connection).
+fn tls_available<T: redis::IntoConnectionInfo + Clone>(urls: &[T]) -> Result<(), Error> {
+    let tls = urls.iter().any(|url| {
+        url.clone()
+            .into_connection_info()
+            .is_ok_and(|info| matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }))
+    });
+    if tls && !cfg!(feature = "tls") {
+        return Err(Error::Unsupported(
+            "TLS (rediss) needs leasehold-redis's `tls` feature".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The timeouts of a standalone or Sentinel-found connection.

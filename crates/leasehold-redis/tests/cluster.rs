@@ -265,3 +265,29 @@ fn a_cluster_needs_a_seed_and_parsable_urls() {
     let err = RedisBackend::open_cluster(&["redis://127.0.0.1:7000"], gated).expect_err("gated");
     assert_eq!(err.kind(), leasehold_redis::ErrorKind::Unsupported);
 }
+
+#[tokio::test]
+async fn one_url_names_the_cluster_by_its_seeds() {
+    let cluster = RedisCluster::start(3);
+    let hosts: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|url| url.trim_start_matches("redis://").to_owned())
+        .collect();
+    let url = format!("redis+cluster://{}", hosts.join(","));
+    let client = RedisBackend::open(&url, RedisSettings::default())
+        .expect("a cluster URL")
+        .into_client();
+    // One lease on each node: the URL reached the whole cluster, not one seed.
+    for index in 0..3 {
+        let resource = resource_on(&cluster, &client, "url/", index);
+        let holder = request(&client, &resource, "op-a", Duration::from_secs(10));
+        let lease = match client.try_acquire(&holder).await {
+            AcquireOutcome::Acquired(lease) => lease,
+            other => panic!("node {index}: expected Acquired, got {other:?}"),
+        };
+        let key = common::lease_key(&client, &holder);
+        assert!(cluster.nodes()[index].keys().contains(&key));
+        assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    }
+}

@@ -273,3 +273,37 @@ async fn a_grant_no_replica_confirmed_is_unknown_until_a_replay_confirms_it() {
     assert!(lease.renew().await.is_renewed());
     assert_eq!(lease.state(), LeaseState::Active);
 }
+
+#[tokio::test]
+async fn one_url_names_the_sentinels_and_the_service() {
+    let deployment = RedisSentinel::start();
+    let hosts: Vec<String> = deployment
+        .sentinel_urls()
+        .iter()
+        .map(|url| url.trim_start_matches("redis://").to_owned())
+        .collect();
+    // A second, unreachable Sentinel first: the next one on the list is asked.
+    let url = format!("redis+sentinel://127.0.0.1:1,{}/{SERVICE}", hosts.join(","));
+    let client = RedisBackend::open(&url, RedisSettings::default())
+        .expect("a Sentinel URL")
+        .into_client();
+    let (holder, lease) = hold(&client, "one-url").await;
+    let key = common::lease_key(&client, &holder);
+    assert!(deployment.master().keys().contains(&key));
+    assert!(lease.renew().await.is_renewed());
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    // A service the Sentinels do not know is not a master: nothing is granted.
+    let unknown = RedisBackend::open(
+        &format!("redis+sentinel://{}/no-such-service", hosts.join(",")),
+        RedisSettings::default(),
+    )
+    .expect("parses")
+    .into_client();
+    let outcome = unknown
+        .try_acquire(&request(&unknown, "one-url", "op-b", LEASE_TTL))
+        .await;
+    assert!(
+        matches!(outcome, AcquireOutcome::Unavailable(_)),
+        "{outcome:?}"
+    );
+}
