@@ -75,7 +75,7 @@ impl RedisBackend {
         LeaseClient::new(self)
     }
 
-    /// Connects and loads the scripts (the four lease scripts and the fenced write), so that
+    /// Connects and loads the scripts (the four lease scripts, the fenced write and the break), so
     /// every later operation is one round trip.
     ///
     /// # Errors
@@ -98,6 +98,11 @@ impl RedisBackend {
     /// Returns the key layout.
     pub fn keys(&self) -> &KeyLayout {
         &self.keys
+    }
+
+    /// Returns true if and only if releases are announced with `SPUBLISH` (a Cluster).
+    pub(crate) fn is_sharded(&self) -> bool {
+        self.sharded
     }
 
     /// Returns the connection the scripts run on.

@@ -28,6 +28,27 @@ impl KeyLayout {
         format!("{}{}:{{{}}}", self.prefix, purpose, resource)
     }
 
+    /// Returns the `SCAN MATCH` pattern of every lease key in this layout, or of `purpose`'s
+    /// only. No part needs escaping: namespace, version and purpose have no glob characters.
+    pub fn lease_pattern(&self, purpose: Option<&Purpose>) -> String {
+        match purpose {
+            Some(purpose) => format!("{}{}:{{sha256:*}}", self.prefix, purpose),
+            None => format!("{}*:{{sha256:*}}", self.prefix),
+        }
+    }
+
+    /// Reads a lease key of this layout back into its purpose and resource digest; `None` for
+    /// any other key (a fence counter, a record, another layout's key).
+    pub fn parse_lease_key(&self, key: &str) -> Option<(Purpose, ResourceDigest)> {
+        let rest = key.strip_prefix(&self.prefix)?;
+        let (purpose, tagged) = rest.split_once(":{")?;
+        let digest = tagged.strip_suffix('}')?;
+        let purpose = Purpose::new(purpose).ok()?;
+        let digest = ResourceDigest::parse(digest).ok()?;
+        // Only the exact key this layout would build: nothing after the tag.
+        (self.lease_key(&purpose, &digest) == key).then_some((purpose, digest))
+    }
+
     /// Returns the channel releases of `resource` are announced on (same hash slot).
     pub fn release_channel(&self, purpose: &Purpose, resource: &ResourceDigest) -> String {
         let mut channel = self.lease_key(purpose, resource);
@@ -79,5 +100,36 @@ mod tests {
         assert_eq!(tag(&lease), format!("{{{digest}}}"));
         assert_eq!(tag(&layout.fence_key(&purpose, &digest)), tag(&lease));
         assert!(!lease.contains("orders/42"));
+    }
+
+    #[test]
+    fn a_lease_key_reads_back_and_no_other_key_does() {
+        let layout = KeyLayout::new(&RedisSettings::default());
+        let purpose = Purpose::new("billing").unwrap();
+        let digest = ResourceDigest::of("orders/42");
+        let lease = layout.lease_key(&purpose, &digest);
+        assert_eq!(
+            layout.parse_lease_key(&lease),
+            Some((purpose.clone(), digest.clone()))
+        );
+        let name = crate::fenced::RecordName::new("state").unwrap();
+        for other in [
+            layout.fence_key(&purpose, &digest),
+            layout.record_key(&purpose, &digest, &name),
+            lease.replace("leasehold:", "other:"),
+            lease.replace("sha256:", "md5:"),
+            format!("{lease}x"),
+            "leasehold:lease:v1:Bad:{sha256:00}".to_owned(),
+        ] {
+            assert_eq!(layout.parse_lease_key(&other), None, "{other}");
+        }
+        assert_eq!(
+            layout.lease_pattern(Some(&purpose)),
+            "leasehold:lease:v1:billing:{sha256:*}"
+        );
+        assert_eq!(
+            layout.lease_pattern(None),
+            "leasehold:lease:v1:*:{sha256:*}"
+        );
     }
 }

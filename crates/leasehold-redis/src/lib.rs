@@ -63,6 +63,7 @@
 pub use leasehold;
 pub use redis;
 
+mod admin;
 mod backend;
 mod classify;
 #[cfg(feature = "serde")]
@@ -80,6 +81,7 @@ mod telemetry;
 mod topology;
 mod url;
 
+pub use admin::{ListedLease, ListedState};
 pub use backend::{RedisBackend, RedisLeases};
 #[cfg(feature = "serde")]
 pub use config::RedisConfig;

@@ -369,6 +369,36 @@ impl Link {
         }
     }
 
+    /// Returns the string keys that match `pattern`, by `SCAN` (never `KEYS`, which would
+    /// block the server while it walks the whole key space), on every master of a Cluster.
+    /// A key that exists for the whole scan is returned at least once (SCAN's guarantee);
+    /// one written or deleted meanwhile may or may not be. Bounded: each node's walk stops
+    /// after [`MAX_SCAN_ROUNDS`] rounds, reported as unavailable rather than as a short list.
+    pub(crate) async fn scan(&self, pattern: &str) -> Result<Vec<String>, Failure> {
+        let current = self.connection().await.map_err(Failure::Unavailable)?;
+        let scanned = match current.connection.clone() {
+            Connection::Single(connection) => {
+                scan_node(pattern, |cmd| {
+                    let mut connection = connection.clone();
+                    async move { cmd.query_async(&mut connection).await }
+                })
+                .await
+            }
+            Connection::Cluster(connection) => scan_cluster(pattern, connection).await,
+        };
+        scanned.map_err(|err| match err {
+            ScanError::Redis(err) => Failure::from(self.classify(&current, &err)),
+            ScanError::Unbounded => Failure::Unavailable(Unavailable::new(
+                UnavailableCause::NotConnected,
+                format!("SCAN did not finish within {MAX_SCAN_ROUNDS} rounds"),
+            )),
+            ScanError::Unreadable(what) => Failure::Indeterminate(leasehold::Indeterminate::new(
+                IndeterminateCause::UnexpectedReply,
+                format!("unreadable {what} reply"),
+            )),
+        })
+    }
+
     /// Connects and loads `scripts`, so that later commands are one round trip each.
     pub(crate) async fn load(&self, scripts: &[&LeaseScript]) -> Result<(), Failure> {
         let current = self.connection().await.map_err(Failure::Unavailable)?;
@@ -379,6 +409,130 @@ impl Link {
         }
         Ok(())
     }
+}
+
+/// The most SCAN rounds one node's walk may take (1,000 keys a round: ten million keys).
+const MAX_SCAN_ROUNDS: usize = 10_000;
+
+/// Why a scan did not finish.
+enum ScanError {
+    Redis(redis::RedisError),
+    Unbounded,
+    Unreadable(&'static str),
+}
+
+impl From<redis::RedisError> for ScanError {
+    fn from(err: redis::RedisError) -> Self {
+        ScanError::Redis(err)
+    }
+}
+
+/// Walks one node's key space with `SCAN cursor MATCH pattern COUNT 1000 TYPE string`,
+/// sending each round through `send`.
+async fn scan_node<F, Fut>(pattern: &str, send: F) -> Result<Vec<String>, ScanError>
+where
+    F: Fn(Cmd) -> Fut,
+    Fut: std::future::Future<Output = RedisResult<Value>>,
+{
+    let mut keys = Vec::new();
+    let mut cursor = "0".to_owned();
+    for _ in 0..MAX_SCAN_ROUNDS {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(&cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .arg("TYPE")
+            .arg("string");
+        let reply = send(cmd).await.and_then(server_error)?;
+        let Value::Array(mut parts) = reply else {
+            return Err(ScanError::Unreadable("SCAN"));
+        };
+        let (Some(Value::Array(found)), Some(next)) = (parts.pop(), parts.pop()) else {
+            return Err(ScanError::Unreadable("SCAN"));
+        };
+        for key in found {
+            match key {
+                Value::BulkString(bytes) => {
+                    // A key that is not UTF-8 is not one of ours: every lease key is ASCII.
+                    if let Ok(key) = String::from_utf8(bytes) {
+                        keys.push(key);
+                    }
+                }
+                _ => return Err(ScanError::Unreadable("SCAN")),
+            }
+        }
+        cursor = match next {
+            Value::BulkString(bytes) => {
+                String::from_utf8(bytes).map_err(|_| ScanError::Unreadable("SCAN"))?
+            }
+            _ => return Err(ScanError::Unreadable("SCAN")),
+        };
+        if cursor == "0" {
+            return Ok(keys);
+        }
+    }
+    Err(ScanError::Unbounded)
+}
+
+/// Scans every master of a Cluster (found with `CLUSTER SLOTS`), each by its address.
+async fn scan_cluster(
+    pattern: &str,
+    connection: ClusterConnection,
+) -> Result<Vec<String>, ScanError> {
+    use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+    let mut probe = connection.clone();
+    let slots = probe
+        .route_command(
+            redis::cmd("CLUSTER").arg("SLOTS").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        )
+        .await
+        .and_then(server_error)?;
+    let masters = cluster_masters(&slots).ok_or(ScanError::Unreadable("CLUSTER SLOTS"))?;
+    let mut keys = Vec::new();
+    for (host, port) in masters {
+        let found = scan_node(pattern, |cmd| {
+            let mut connection = connection.clone();
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port,
+            });
+            async move { connection.route_command(cmd, routing).await }
+        })
+        .await?;
+        keys.extend(found);
+    }
+    Ok(keys)
+}
+
+/// The masters' addresses in a `CLUSTER SLOTS` reply (each range's first node), once each.
+fn cluster_masters(slots: &Value) -> Option<Vec<(String, u16)>> {
+    let Value::Array(ranges) = slots else {
+        return None;
+    };
+    let mut masters: Vec<(String, u16)> = Vec::new();
+    for range in ranges {
+        let Value::Array(range) = range else {
+            return None;
+        };
+        let Some(Value::Array(node)) = range.get(2) else {
+            return None;
+        };
+        let host = match node.first() {
+            Some(Value::BulkString(host)) => String::from_utf8(host.clone()).ok()?,
+            _ => return None,
+        };
+        let port = match node.get(1) {
+            Some(Value::Int(port)) => u16::try_from(*port).ok()?,
+            _ => return None,
+        };
+        if !masters.iter().any(|(h, p)| *h == host && *p == port) {
+            masters.push((host, port));
+        }
+    }
+    Some(masters)
 }
 
 /// A `trace` event per lease command: the command, the script, the latency and how it failed,

@@ -130,18 +130,18 @@ impl ScriptArg for bool {
 macro_rules! script_call {
     (
         $(#[$doc:meta])*
-        struct $name:ident<$lt:lifetime> runs $file:literal {
+        struct $name:ident $(<$lt:lifetime>)? runs $file:literal {
             KEYS { $($key:ident),+ $(,)? }
             ARGV { $($arg:ident: $ty:ty),+ $(,)? }
         }
     ) => {
         $(#[$doc])*
-        pub(crate) struct $name<$lt> {
+        pub(crate) struct $name $(<$lt>)? {
             $(pub(crate) $key: String,)+
             $(pub(crate) $arg: $ty,)+
         }
 
-        impl $crate::scripts::ScriptCall for $name<'_> {
+        impl<$($lt)?> $crate::scripts::ScriptCall for $name<$($lt)?> {
             const KEYS: &'static [&'static str] = &[$(stringify!($key)),+];
             const ARGV: &'static [&'static str] = &[$(stringify!($arg)),+];
 
@@ -166,25 +166,29 @@ macro_rules! script_call {
 }
 
 mod acquire;
+mod break_lease;
 mod fenced_write;
 mod inspect;
 mod release;
 mod renew;
 
 pub(crate) use acquire::AcquireCall;
+pub(crate) use break_lease::BreakCall;
 pub(crate) use fenced_write::FencedWriteCall;
 pub(crate) use inspect::InspectCall;
 pub(crate) use release::ReleaseCall;
 pub(crate) use renew::RenewCall;
 
-/// Every script, for warm-up: the four lease scripts, then the fenced write.
-pub(crate) fn all() -> [&'static LeaseScript; 5] {
+/// Every script, for warm-up: the four lease scripts, the fenced write, then an operator's
+/// break.
+pub(crate) fn all() -> [&'static LeaseScript; 6] {
     [
         AcquireCall::script(),
         RenewCall::script(),
         ReleaseCall::script(),
         InspectCall::script(),
         FencedWriteCall::script(),
+        BreakCall::script(),
     ]
 }
 
@@ -280,6 +284,7 @@ mod tests {
         check::<ReleaseCall<'_>>();
         check::<InspectCall<'_>>();
         check::<FencedWriteCall<'_>>();
+        check::<BreakCall>();
     }
 
     /// The check tells a header that drifted from its call: swapped, missing, unnamed or
