@@ -34,7 +34,9 @@ Resource names are hashed (SHA-256) before they are sent: the raw name never rea
     after_long_help = exit::TABLE,
 )]
 pub(crate) struct Cli {
-    /// Redis URL: redis://[user:password@]host:port[/db], rediss:// for TLS, unix:///path.
+    /// Redis URL: redis://[user:password@]host:port[/db] (rediss:// for TLS), unix:///path,
+    /// redis+sentinel://host:26379[,host:26379…]/SERVICE[/db] or
+    /// redis+cluster://host:port[,host:port…] (rediss+… for TLS).
     #[arg(
         long,
         global = true,
@@ -78,6 +80,12 @@ pub(crate) enum Command {
     /// Print who holds the lease on RESOURCE.
     #[command(long_about = INSPECT_LONG_ABOUT)]
     Inspect(InspectArgs),
+    /// List the leases held in the namespace: purpose, digest, fence, time left, holder.
+    #[command(long_about = LIST_LONG_ABOUT)]
+    List(ListArgs),
+    /// Remove a stuck lease, whoever holds it (its fence counter stays); needs --yes.
+    #[command(long_about = BREAK_LONG_ABOUT)]
+    Break(BreakArgs),
     /// Tell the fencing story on an ephemeral local redis-server (or on --redis URL).
     #[command(long_about = DEMO_LONG_ABOUT)]
     Demo,
@@ -135,6 +143,37 @@ and, when the holder gave a name or the lease is kept after release, two more ke
   \"holder_name\":\"...\"|null,\"released\":true|false
 
 Exit status: 0 held or free, 69 Redis unavailable or no answer, 2 usage error.";
+
+const LIST_LONG_ABOUT: &str = "\
+List the leases held in the namespace (--namespace), of every purpose or of --purpose P: the
+purpose, the resource's digest (the raw name is never stored), the fence, the time left and
+the holder (fingerprint and name). Keys are found with SCAN, never KEYS, so a large key space
+does not block the server; on a Cluster every master is scanned. Not a snapshot: a lease
+granted or released during the walk may or may not be shown.
+
+With --json, prints one array of objects, each:
+  {\"purpose\":\"...\",\"resource\":\"sha256:...\",\"state\":\"held\",\"fence\":N|null,
+   \"remaining_ms\":N|null,\"holder\":\"...\"|null,\"holder_name\":\"...\"|null,
+   \"released\":true|false}
+
+Exit status: 0 listed (even none), 69 Redis unavailable or no answer, 2 usage error.";
+
+const BREAK_LONG_ABOUT: &str = "\
+Remove the lease on RESOURCE (or on --digest sha256:..., as `list` shows it), whoever holds it:
+for a holder that is gone while its lease is long, or kept by --hold-at-least. Only the lease
+is deleted: the fence counter stays, so the next grant's fence is higher and the old holder's
+late writes, fenced, are still rejected. Waiters are woken as by a release.
+
+The old holder is not told: `leasehold run` finds the lease gone at its next renewal (within
+a third of its TTL) and stops its command then (exit 70). Until then it may still be working,
+which is why writes must carry the fence.
+
+Prints what it removed (holder, fence, time left), or that there was nothing to remove.
+With --json, prints one object: {\"removed\":true|false, and inspect's keys}.
+
+Exit status: 0 removed or nothing to remove, 69 Redis unavailable, or no answer (it may have
+been removed: `inspect` tells), 65 the key holds something else (left alone), 2 usage error
+(no --yes).";
 
 const DEMO_LONG_ABOUT: &str = "\
 Tell the fencing story: worker A acquires a lease and stalls past its expiry, worker B acquires
@@ -224,6 +263,47 @@ pub(crate) struct InspectArgs {
         default_value = "cli"
     )]
     pub(crate) purpose: String,
+
+    /// Print one JSON object instead of a sentence.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `leasehold list`.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Only the leases taken for this purpose [default: every purpose].
+    #[arg(long, value_name = "P", env = "LEASEHOLD_PURPOSE")]
+    pub(crate) purpose: Option<String>,
+
+    /// Print one JSON array instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `leasehold break`.
+#[derive(Debug, Args)]
+pub(crate) struct BreakArgs {
+    /// The resource, by its raw name (hashed before it is sent).
+    #[arg(value_name = "RESOURCE", required_unless_present = "digest")]
+    pub(crate) resource: Option<OsString>,
+
+    /// The resource by its digest, as `list` shows it, instead of its name.
+    #[arg(long, value_name = "sha256:HEX", conflicts_with = "resource")]
+    pub(crate) digest: Option<String>,
+
+    /// The purpose the lease was taken for.
+    #[arg(
+        long,
+        value_name = "P",
+        env = "LEASEHOLD_PURPOSE",
+        default_value = "cli"
+    )]
+    pub(crate) purpose: String,
+
+    /// Do it: without --yes, nothing is sent.
+    #[arg(long)]
+    pub(crate) yes: bool,
 
     /// Print one JSON object instead of a sentence.
     #[arg(long)]

@@ -15,7 +15,7 @@ use leasehold_redis::leasehold::{
 };
 use leasehold_redis::{RedisBackend, RedisSettings};
 
-use crate::args::{Cli, Command, InspectArgs, RunArgs};
+use crate::args::{BreakArgs, Cli, Command, InspectArgs, ListArgs, RunArgs};
 use crate::duration::{Wait, Written, parse_duration, parse_wait};
 use crate::exit;
 use crate::holder::default_holder_name;
@@ -33,6 +33,8 @@ pub(crate) const MAX_GRACE: Duration = Duration::from_secs(60 * 60);
 pub(crate) enum Config {
     Run(RunConfig),
     Inspect(InspectConfig),
+    List(ListConfig),
+    Break(BreakConfig),
     Demo(DemoConfig),
     /// Print a completion script for the shell.
     Completions(clap_complete::Shell),
@@ -146,6 +148,25 @@ pub(crate) struct InspectConfig {
     pub(crate) json: bool,
 }
 
+/// `leasehold list`, validated.
+#[derive(Debug)]
+pub(crate) struct ListConfig {
+    pub(crate) target: Target,
+    pub(crate) purpose: Option<Purpose>,
+    pub(crate) json: bool,
+}
+
+/// `leasehold break`, validated.
+#[derive(Debug)]
+pub(crate) struct BreakConfig {
+    pub(crate) target: Target,
+    pub(crate) purpose: Purpose,
+    pub(crate) resource: ResourceDigest,
+    /// The raw name, or the digest if that is how it was given: for the sentence only.
+    pub(crate) resource_name: String,
+    pub(crate) json: bool,
+}
+
 /// `leasehold demo`, validated.
 #[derive(Debug)]
 pub(crate) struct DemoConfig {
@@ -170,6 +191,10 @@ impl Config {
             Command::Run(args) => run(&cli.redis, settings, args, origins).map(Config::Run),
             Command::Inspect(args) => {
                 inspect(&cli.redis, settings, args, origins).map(Config::Inspect)
+            }
+            Command::List(args) => list(&cli.redis, settings, args, origins).map(Config::List),
+            Command::Break(args) => {
+                break_lease(&cli.redis, settings, args, origins).map(Config::Break)
             }
             Command::Demo => Ok(Config::Demo(DemoConfig {
                 // Checked here like the other commands' URLs, so that a bad one is a usage
@@ -342,6 +367,53 @@ fn inspect(
         purpose: purpose(&args.purpose, origins)?,
         resource: resource(&args.resource)?,
         resource_name: args.resource.to_string_lossy().into_owned(),
+        json: args.json,
+        target: Target::open(url, settings, origins)?,
+    })
+}
+
+fn list(
+    url: &str,
+    settings: RedisSettings,
+    args: ListArgs,
+    origins: &Origins,
+) -> Result<ListConfig, ConfigError> {
+    Ok(ListConfig {
+        purpose: args
+            .purpose
+            .as_deref()
+            .map(|p| purpose(p, origins))
+            .transpose()?,
+        json: args.json,
+        target: Target::open(url, settings, origins)?,
+    })
+}
+
+fn break_lease(
+    url: &str,
+    settings: RedisSettings,
+    args: BreakArgs,
+    origins: &Origins,
+) -> Result<BreakConfig, ConfigError> {
+    let purpose = purpose(&args.purpose, origins)?;
+    let (resource, resource_name) = match (&args.digest, &args.resource) {
+        (Some(digest), _) => (
+            ResourceDigest::parse(digest).map_err(|e| usage(format!("--digest: {e}")))?,
+            digest.clone(),
+        ),
+        (None, Some(raw)) => (resource(raw)?, raw.to_string_lossy().into_owned()),
+        (None, None) => return Err(usage("name the lease: RESOURCE or --digest")),
+    };
+    if !args.yes {
+        return Err(usage(
+            "break removes the lease whoever holds it, and nothing tells the holder until its \
+             next renewal; add --yes to do it (`leasehold inspect` shows who holds it)",
+        ));
+    }
+    Ok(BreakConfig {
+        purpose,
+        resource,
+        resource_name,
         json: args.json,
         target: Target::open(url, settings, origins)?,
     })

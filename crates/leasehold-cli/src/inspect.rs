@@ -62,6 +62,11 @@ pub(crate) async fn inspect(config: InspectConfig) -> u8 {
 /// The `--json` object: the same six keys, in the documented order, whether held or free,
 /// so that a script reads one shape; a key that does not apply is `null` (or `false`).
 fn to_json(view: Option<&LeaseView>) -> String {
+    format!("{{{}}}", json_fields(view))
+}
+
+/// The six keys of [`to_json`], without the braces, for `list` and `break` to add theirs.
+pub(crate) fn json_fields(view: Option<&LeaseView>) -> String {
     let (state, fence, remaining_ms, holder) = match view {
         None => ("free", Value::Null, Value::Null, Value::Null),
         Some(view) => (
@@ -82,7 +87,7 @@ fn to_json(view: Option<&LeaseView>) -> String {
     let released = view.is_some_and(|view| view.released);
     // serde_json's maps sort their keys; scripts read the keys in this order in the docs.
     format!(
-        r#"{{"state":{},"fence":{fence},"remaining_ms":{remaining_ms},"holder":{holder},"holder_name":{name},"released":{released}}}"#,
+        r#""state":{},"fence":{fence},"remaining_ms":{remaining_ms},"holder":{holder},"holder_name":{name},"released":{released}"#,
         json!(state)
     )
 }
@@ -91,6 +96,17 @@ fn describe(view: Option<&LeaseView>) -> String {
     let Some(view) = view else {
         return "free".to_owned();
     };
+    let (holder, fence, left) = parts(view);
+    if view.released {
+        return format!(
+            "released by {holder} and kept until its minimum hold ends, {fence}, {left}"
+        );
+    }
+    format!("held by {holder}, {fence}, {left}")
+}
+
+/// A held lease's holder (fingerprint and quoted name), fence and time left, as text.
+pub(crate) fn parts(view: &LeaseView) -> (String, String, String) {
     let mut holder = view
         .holder
         .as_ref()
@@ -106,12 +122,7 @@ fn describe(view: Option<&LeaseView>) -> String {
         || "no expiry".to_owned(),
         |d| format!("{} left", format_duration(d)),
     );
-    if view.released {
-        return format!(
-            "released by {holder} and kept until its minimum hold ends, {fence}, {left}"
-        );
-    }
-    format!("held by {holder}, {fence}, {left}")
+    (holder, fence, left)
 }
 
 #[cfg(test)]

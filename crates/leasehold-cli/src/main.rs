@@ -11,6 +11,7 @@
 //! - [`run`]: acquire, supervise the command, release; [`supervise`]: the command under the
 //!   lease; [`stop`]: when and how it is stopped; [`signals`]: the signals passed on;
 //! - [`inspect`]: who holds a lease; [`holder`]: the holder name a run gives its grant;
+//! - [`admin`]: an operator's `list` and `break`;
 //! - [`demo`] and [`local_redis`]: the fencing story on an ephemeral redis-server;
 //! - [`log`]: log lines and notes on stderr, `-v` / `-q`;
 //! - [`redact`]: URLs fit to print; [`duration`]: durations in flags and messages.
@@ -18,6 +19,7 @@
 #![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+mod admin;
 mod args;
 mod config;
 mod demo;
@@ -106,6 +108,8 @@ fn main() -> ExitCode {
         match config {
             Config::Run(config) => run::run(config).await,
             Config::Inspect(config) => inspect::inspect(config).await,
+            Config::List(config) => admin::list(config).await,
+            Config::Break(config) => admin::break_lease(config).await,
             Config::Demo(config) => demo::demo(config).await,
             Config::Completions(_) | Config::Man => exit::FAILURE,
         }

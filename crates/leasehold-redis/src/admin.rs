@@ -25,6 +25,17 @@ pub struct ListedLease {
     pub state: ListedState,
 }
 
+impl ListedLease {
+    /// A listed lease (for tests and other backends' listings).
+    pub fn new(purpose: Purpose, resource: ResourceDigest, state: ListedState) -> Self {
+        Self {
+            purpose,
+            resource,
+            state,
+        }
+    }
+}
+
 /// What a listed lease's key holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -77,11 +88,7 @@ impl RedisBackend {
                     )));
                 }
             };
-            leases.push(ListedLease {
-                purpose,
-                resource,
-                state,
-            });
+            leases.push(ListedLease::new(purpose, resource, state));
         }
         Ok(leases)
     }

@@ -32,6 +32,7 @@ mod demo;
 mod inspect;
 mod logs;
 mod min_hold;
+mod operators;
 mod privacy;
 mod run_command;
 mod run_faults;

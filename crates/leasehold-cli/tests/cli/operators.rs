@@ -1,0 +1,186 @@
+//! An operator's commands: `list` shows who holds what, `break` removes a stuck lease and
+//! keeps its fence counter, so the old holder's late fenced writes are still rejected.
+
+use super::*;
+use leasehold_redis::{FencedWrite, RecordName};
+
+/// A fenced write of `data` to the record "state" of `name` (purpose cli), as the work under
+/// a lease would make it.
+fn fenced_write(server: &RedisServer, name: &str, fence: u64, data: &[u8]) -> FencedWrite {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let backend = RedisBackend::open(&server.url(), RedisSettings::default()).unwrap();
+    let fence = leasehold_redis::leasehold::FenceToken::new(fence).expect("a fence");
+    runtime.block_on(backend.fenced_write(
+        &Purpose::new("cli").unwrap(),
+        &ResourceDigest::of(name),
+        &RecordName::new("state").unwrap(),
+        fence,
+        data,
+    ))
+}
+
+fn list_json(server: &RedisServer, args: &[&str]) -> Vec<serde_json::Value> {
+    let mut command = leasehold(&server.url());
+    command.args(["list", "--json"]).args(args);
+    let done = run_to_end(command);
+    done.assert_code(0);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one line of JSON: {done:#?}");
+    serde_json::from_str::<serde_json::Value>(lines[0])
+        .expect("valid JSON")
+        .as_array()
+        .expect("an array")
+        .clone()
+}
+
+#[test]
+fn list_shows_a_held_lease_with_its_holder_name() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    assert_eq!(list_json(&server, &[]), Vec::<serde_json::Value>::new());
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "orders/1", "--holder", "nightly on host-3", "--"])
+        .args(scratch.sh(&format!("echo up > \"$D/up\"; {SPIN}")));
+    let running = Running::start(command);
+    wait_for_file(&scratch.path("up"));
+    let _other = Held::new(&server, "orders/2", Duration::from_secs(30));
+
+    let all = list_json(&server, &[]);
+    assert_eq!(all.len(), 2, "{all:?}");
+    let run = all
+        .iter()
+        .find(|l| l["resource"] == ResourceDigest::of("orders/1").as_str())
+        .expect("the run's lease is listed");
+    assert_eq!(run["holder_name"], "nightly on host-3", "{run}");
+    assert_eq!(run["purpose"], "cli");
+    assert_eq!(run["state"], "held");
+    assert!(run["fence"].as_u64().is_some_and(|f| f > 0), "{run}");
+    assert!(
+        run["holder"].as_str().is_some_and(|h| h.len() == 16),
+        "{run}"
+    );
+    assert!(
+        run["remaining_ms"]
+            .as_u64()
+            .is_some_and(|ms| ms > 0 && ms <= 30_000)
+    );
+    // No fence counter, no other purpose, no raw name.
+    assert_eq!(list_json(&server, &["--purpose", "reports"]).len(), 0);
+    assert_eq!(list_json(&server, &["--purpose", "cli"]).len(), 2);
+
+    let mut command = leasehold(&server.url());
+    command.arg("list");
+    let table = run_to_end(command);
+    table.assert_code(0);
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{table:#?}");
+    assert!(lines[0].starts_with("PURPOSE"), "{table:#?}");
+    assert!(
+        table.stdout.contains("(\"nightly on host-3\")"),
+        "{table:#?}"
+    );
+    assert!(!table.stdout.contains("orders/"), "{table:#?}");
+    drop(running);
+
+    // Another namespace is another list.
+    let mut command = leasehold(&server.url());
+    command.args(["--namespace", "elsewhere", "list"]);
+    let empty = run_to_end(command);
+    empty.assert_code(0);
+    assert_eq!(empty.stdout.trim(), "no leases in namespace elsewhere");
+}
+
+#[test]
+fn break_frees_the_lease_and_the_old_holders_next_fenced_write_is_rejected() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    // The old holder: a run whose command is still at work (stuck, as far as anyone knows).
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "nightly", "--ttl", "3s", "--holder", "host-1", "--"])
+        .args(scratch.sh(&format!("echo $LEASEHOLD_FENCE > \"$D/fence\"; {SPIN}")));
+    let old = Running::start(command);
+    let old_fence: u64 = wait_for_file(&scratch.path("fence"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        fenced_write(&server, "nightly", old_fence, b"old"),
+        FencedWrite::Written
+    );
+
+    let mut command = leasehold(&server.url());
+    command.args(["break", "nightly", "--yes"]);
+    let broke = run_to_end(command);
+    broke.assert_code(0);
+    assert!(
+        broke
+            .stdout
+            .starts_with("nightly (purpose cli): removed the lease of "),
+        "{broke:#?}"
+    );
+    assert!(broke.stdout.contains("(\"host-1\")"), "{broke:#?}");
+    assert!(
+        broke.stdout.contains(&format!("fence {old_fence}, "))
+            && broke
+                .stdout
+                .contains(&format!("the fence counter stays at {old_fence}")),
+        "{broke:#?}"
+    );
+    assert_eq!(inspect_json(&server, "nightly")["state"], "free");
+    assert_eq!(
+        fence_counter(&server, "nightly"),
+        Some(old_fence.to_string())
+    );
+
+    // The next holder gets a higher fence and writes; the old holder's late write is refused.
+    let new = Held::new(&server, "nightly", Duration::from_secs(30));
+    let new_fence = new.lease().fence().get();
+    assert!(new_fence > old_fence);
+    assert_eq!(
+        fenced_write(&server, "nightly", new_fence, b"new"),
+        FencedWrite::Written
+    );
+    assert!(matches!(
+        fenced_write(&server, "nightly", old_fence, b"late"),
+        FencedWrite::Stale { current } if current.get() == new_fence
+    ));
+    // And the old run learns at its next renewal that the lease is gone: its command is
+    // stopped and it exits 70.
+    let done = old.finish();
+    done.assert_code(70);
+
+    // Nothing to remove: said so, exit 0; by digest, as `list` shows it.
+    drop(new);
+    let mut command = leasehold(&server.url());
+    let digest = ResourceDigest::of("free-one");
+    command.args(["break", "--digest", digest.as_str(), "--yes", "--json"]);
+    let none = run_to_end(command);
+    none.assert_code(0);
+    let json: serde_json::Value = serde_json::from_str(none.stdout.trim()).unwrap();
+    assert_eq!(json["removed"], false, "{none:#?}");
+    assert_eq!(json["state"], "free", "{none:#?}");
+}
+
+#[test]
+fn break_without_yes_sends_nothing() {
+    let server = RedisServer::start();
+    let held = Held::new(&server, "nightly", Duration::from_secs(30));
+    let before = snapshot(&server);
+    let mut command = leasehold(&server.url());
+    command.args(["break", "nightly"]);
+    let done = run_to_end(command);
+    done.assert_code(2);
+    assert!(done.stderr.contains("add --yes to do it"), "{done:#?}");
+    assert_eq!(snapshot(&server), before);
+    let mut command = leasehold(&server.url());
+    command.args(["break", "--digest", "sha256:nothex", "--yes"]);
+    let bad = run_to_end(command);
+    bad.assert_code(2);
+    assert!(bad.stderr.contains("--digest"), "{bad:#?}");
+    assert!(held.lease().fence().get() >= 1);
+}
