@@ -3,7 +3,7 @@
 
 use std::io::Write as _;
 
-use leasehold_redis::leasehold::{LeaseView, UnavailableCause};
+use leasehold_redis::leasehold::LeaseView;
 use leasehold_redis::{Error, ListedLease, ListedState};
 use serde_json::json;
 
@@ -159,8 +159,8 @@ fn table(leases: &[ListedLease]) -> String {
 fn failed(e: &Error, shown: &str, what: &str) -> u8 {
     match e {
         Error::Unavailable(u) => {
-            if let UnavailableCause::UnusableKey(key) = u.cause {
-                return exit::unusable_key(key, shown);
+            if let Some(code) = exit::lasting_refusal(u, shown) {
+                return code;
             }
             eprintln!("leasehold: Redis unavailable at {shown}, could not {what}: {u}");
         }

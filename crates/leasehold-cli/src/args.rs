@@ -71,6 +71,30 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
+/// The command line's definition, as parsed, shown in `--help`, completed and in the man page:
+/// [`Cli`]'s, with one change clap's derive cannot make. `--redis` is global, and with it its
+/// variable; but `demo` ignores `LEASEHOLD_REDIS_URL` (it never writes to a server the user
+/// did not name on its command line), so its `--help` must not offer it.
+pub(crate) fn command() -> clap::Command {
+    use clap::CommandFactory as _;
+    let mut command = Cli::command();
+    // Building propagates the global arguments into each subcommand, where they can then be
+    // changed for that subcommand alone.
+    command.build();
+    command.mut_subcommand("demo", |demo| {
+        // In place (`mut_arg` would move the argument behind the index clap built).
+        demo.mut_args(|arg| {
+            if arg.get_id() != "redis" {
+                return arg;
+            }
+            arg.hide_env(true).hide_default_value(true).help(
+                "The Redis server to tell the story on, named on this command line only \
+                 (LEASEHOLD_REDIS_URL is ignored) [default: an ephemeral local redis-server]",
+            )
+        })
+    })
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
@@ -318,6 +342,7 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+        command().debug_assert();
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use std::process::{ExitCode, ExitStatus};
 
-use leasehold_redis::leasehold::UnusableKey;
+use leasehold_redis::leasehold::{Unavailable, UnavailableCause, UnusableKey};
 
 /// A flag, a duration or a value is wrong; nothing was sent.
 pub(crate) const USAGE: u8 = 2;
@@ -49,6 +49,24 @@ pub(crate) fn unusable_key(what: UnusableKey, shown: &str) -> u8 {
     UNUSABLE_KEY
 }
 
+/// Says what is wrong when `u` is a refusal that trying again cannot fix — a key the lease
+/// needs holds something else ([`UNUSABLE_KEY`]), or the URL names a database the server does
+/// not have ([`USAGE`]: the URL is wrong for this server, as a flag can be) — and returns the
+/// exit code; `None` for any other cause.
+pub(crate) fn lasting_refusal(u: &Unavailable, shown: &str) -> Option<u8> {
+    match u.cause {
+        UnavailableCause::UnusableKey(what) => Some(unusable_key(what, shown)),
+        UnavailableCause::NoSuchDatabase => {
+            eprintln!(
+                "leasehold: {shown}: the server has no database of the URL's index (it refused \
+                 SELECT); use an index below its `databases` setting (16 unless configured)"
+            );
+            Some(USAGE)
+        }
+        _ => None,
+    }
+}
+
 /// Returns true if and only if `error` is, or was caused by, a write to a closed pipe.
 pub(crate) fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
@@ -83,13 +101,16 @@ Exit status of `run`:
            written and the command was not started
   126      the command could not be executed
   127      the command was not found
-  2        usage error: a bad flag, duration or value; nothing was sent
+  2        usage error: a bad flag, variable, duration or URL, nothing sent; or a database
+           index the server does not have (it refused SELECT), nothing written
   1        leasehold itself failed: it could not catch signals or lost track of the command
 If leasehold itself gets SIGHUP, SIGINT, SIGQUIT or SIGTERM before the command starts, it
 gives up and exits with 128+N (129, 130, 131, 143).
 
 `inspect`: 0 (held or free), 69 Redis unavailable or no answer, 65 a lease key holds
 something leasehold cannot use, 2 usage error.
+`list`: 0 (even none), 69, 2. `break`: 0 (removed, or nothing to remove), 69 (unavailable,
+or no answer: `inspect` tells whether it was removed), 65, 2 (no --yes).
 `demo`: 0, 69 no redis-server could be started or reached, 2 usage error, 1 otherwise.
 
 Environment: LEASEHOLD_REDIS_URL (--redis), LEASEHOLD_NAMESPACE (--namespace),

@@ -3,7 +3,7 @@
 use std::io::Write as _;
 
 use leasehold_redis::RedisBackend;
-use leasehold_redis::leasehold::{InspectOutcome, LeaseView, UnavailableCause};
+use leasehold_redis::leasehold::{InspectOutcome, LeaseView};
 use serde_json::{Value, json};
 
 use crate::config::InspectConfig;
@@ -26,8 +26,8 @@ pub(crate) async fn inspect(config: InspectConfig) -> u8 {
         InspectOutcome::Free => None,
         InspectOutcome::HeldByOther(view) | InspectOutcome::HeldByThisAttempt(view) => Some(view),
         InspectOutcome::Unavailable(u) => {
-            if let UnavailableCause::UnusableKey(what) = u.cause {
-                return exit::unusable_key(what, &shown);
+            if let Some(code) = exit::lasting_refusal(&u, &shown) {
+                return code;
             }
             eprintln!("leasehold: Redis unavailable at {shown}: {u}");
             return exit::UNAVAILABLE;

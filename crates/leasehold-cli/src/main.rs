@@ -37,17 +37,26 @@ mod supervise;
 
 use std::process::ExitCode;
 
+use clap::FromArgMatches as _;
 use clap::parser::ValueSource;
-use clap::{CommandFactory as _, FromArgMatches as _};
 
 use crate::args::Cli;
 use crate::config::{Config, ConfigError, Origins};
 
 fn main() -> ExitCode {
-    let matches = match Cli::command().try_get_matches() {
+    let matches = match args::command().try_get_matches() {
         Ok(matches) => matches,
         // --help and --version land here too, with exit code 0.
-        Err(e) => return exit_with_clap_error(&e),
+        Err(e) => {
+            let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+            return match separator_hint(&e, &argv) {
+                Some(text) => {
+                    eprint!("{text}");
+                    exit::code(exit::USAGE)
+                }
+                None => exit_with_clap_error(&e),
+            };
+        }
     };
     let redis_typed = matches.value_source("redis") == Some(ValueSource::CommandLine);
     let subcommand = matches.subcommand_name().map(str::to_owned);
@@ -74,14 +83,14 @@ fn main() -> ExitCode {
         Config::Completions(shell) => {
             clap_complete::generate(
                 shell,
-                &mut Cli::command(),
+                &mut args::command(),
                 "leasehold",
                 &mut std::io::stdout(),
             );
             return exit::code(0);
         }
         Config::Man => {
-            return match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+            return match clap_mangen::Man::new(args::command()).render(&mut std::io::stdout()) {
                 Ok(()) => exit::code(0),
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
                     exit::code(exit::BROKEN_PIPE)
@@ -135,14 +144,39 @@ fn from_env(matches: &clap::ArgMatches) -> Vec<String> {
 
 /// A validation error in clap's format, with the usage line of the subcommand it is about.
 fn usage_error(subcommand: Option<&str>, message: String) -> clap::Error {
-    let mut command = Cli::command();
-    // Building sets each subcommand's full name ("leasehold run") for its usage line.
-    command.build();
+    // Built: each subcommand has its full name ("leasehold run") for its usage line.
+    let mut command = args::command();
     let kind = clap::error::ErrorKind::ValueValidation;
     match subcommand.and_then(|name| command.find_subcommand_mut(name)) {
         Some(sub) => sub.error(kind, message),
         None => command.error(kind, message),
     }
+}
+
+/// clap's message for `leasehold run R CMD` (no `--`) or `leasehold run R` (no command), with
+/// a tip on where the command goes; `None` for any other error.
+fn separator_hint(e: &clap::Error, argv: &[std::ffi::OsString]) -> Option<String> {
+    use clap::error::ErrorKind;
+    let about_run = argv.iter().skip(1).any(|a| a == "run");
+    let no_separator = !argv.iter().any(|a| a == "--");
+    let kind = e.kind();
+    if !(about_run
+        && no_separator
+        && matches!(
+            kind,
+            ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument
+        ))
+    {
+        return None;
+    }
+    let tip =
+        "  tip: the command goes after `--`: leasehold run RESOURCE [OPTIONS] -- CMD [ARGS]...";
+    let text = e.render().to_string();
+    // After clap's first paragraph (the error itself), before the usage line.
+    Some(match text.split_once("\n\n") {
+        Some((error, rest)) => format!("{error}\n\n{tip}\n\n{rest}"),
+        None => format!("{text}\n{tip}\n"),
+    })
 }
 
 fn exit_with_clap_error(e: &clap::Error) -> ExitCode {

@@ -331,8 +331,16 @@ fn not_acquired(
             (exits.conflict, "not_acquired")
         }
         AcquireOutcome::Unavailable(u) => {
-            if let UnavailableCause::UnusableKey(what) = u.cause {
-                return (exit::unusable_key(what, shown), "unusable_key");
+            if let Some(code) = exit::lasting_refusal(&u, shown) {
+                let unusable = matches!(u.cause, UnavailableCause::UnusableKey(_));
+                return (
+                    code,
+                    if unusable {
+                        "unusable_key"
+                    } else {
+                        "unavailable"
+                    },
+                );
             }
             eprintln!("leasehold: Redis unavailable at {shown}: {u}; the command was not started");
             (exit::UNAVAILABLE, "unavailable")

@@ -106,10 +106,19 @@ pub(crate) fn connect_failure(err: &RedisError) -> Unavailable {
         cause
     } else if err.kind() == redis::ErrorKind::AuthenticationFailed {
         UnavailableCause::NoPermission
+    } else if refused_select(err) {
+        UnavailableCause::NoSuchDatabase
     } else {
         UnavailableCause::NotConnected
     };
     Unavailable::new(cause, describe(err))
+}
+
+/// True if and only if `err` is redis-rs's report of a `SELECT` the server refused while
+/// connecting (its only sign is the text: the reply is a plain `ERR`).
+fn refused_select(err: &RedisError) -> bool {
+    let text = err.to_string();
+    text.contains("refused to switch database") || text.contains("DB index is out of range")
 }
 
 #[cfg(test)]

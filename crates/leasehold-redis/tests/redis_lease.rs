@@ -459,3 +459,24 @@ async fn no_renew_is_sent_after_a_concurrent_release() {
         assert_eq!(lease.state(), LeaseState::Released);
     }
 }
+
+#[tokio::test]
+async fn a_database_the_server_does_not_have_is_named_as_such() {
+    let server = RedisServer::start();
+    // Redis has 16 databases unless configured otherwise.
+    let url = format!("{}/99", server.url().trim_end_matches('/'));
+    let client =
+        leasehold_redis::RedisBackend::open(&url, leasehold_redis::RedisSettings::default())
+            .expect("parses: only the server knows how many databases it has")
+            .into_client();
+    match client
+        .try_acquire(&request(&client, "orders/1", "op-a", TTL))
+        .await
+    {
+        AcquireOutcome::Unavailable(u) => {
+            assert_eq!(u.cause, UnavailableCause::NoSuchDatabase, "{u:?}");
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(server.keys().is_empty());
+}

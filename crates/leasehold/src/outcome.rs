@@ -47,6 +47,10 @@ pub enum UnavailableCause {
     Redirected,
     /// The script was missing even after it was loaded again (`NOSCRIPT` twice).
     ScriptMissing,
+    /// The server has no database of the index the connection asked for (Redis refused
+    /// `SELECT`): trying again does not help until the URL or the server's configuration
+    /// changes.
+    NoSuchDatabase,
     /// A key the lease needs holds something the scripts cannot use, so they wrote nothing:
     /// trying again does not help until an operator removes or repairs the key.
     UnusableKey(UnusableKey),

@@ -31,6 +31,7 @@ mod conventions;
 mod demo;
 mod inspect;
 mod logs;
+mod messages;
 mod min_hold;
 mod operators;
 mod privacy;

@@ -1,0 +1,166 @@
+//! Messages that say what is wrong: a bad URL names the part (never the password), a database
+//! the server lacks is a usage error, `demo --help` offers no variable it ignores, and a
+//! command without `--` gets a tip.
+
+use super::*;
+
+/// Runs `leasehold --redis URL inspect r`, which must refuse before any I/O.
+fn refused_url(url: &str) -> Finished {
+    let mut command = leasehold(url);
+    command.args(["inspect", "r"]);
+    let done = run_to_end(command);
+    done.assert_code(2);
+    done
+}
+
+#[test]
+fn an_invalid_url_says_why_without_the_password() {
+    let cases = [
+        (
+            "http://:hunter2@h:6379",
+            "the scheme http:// is not one leasehold speaks",
+        ),
+        ("127.0.0.1:6379", "does not start with a scheme"),
+        (
+            "redis://:hunter2@h:notaport",
+            "the port of the host is not a number from 1 to 65535",
+        ),
+        (
+            "redis://:hunter2@h:0",
+            "the port of the host is not a number",
+        ),
+        ("redis://:hunter2@:6379", "the host is empty"),
+        (
+            "redis://:hunter2@h/x",
+            "the database index is not a whole number",
+        ),
+        (
+            "redis://:hunter2@h/-3",
+            "the database index is not a whole number",
+        ),
+        (
+            "redis://:hunter2@a:1,b:2",
+            "it names several hosts: use redis+cluster://",
+        ),
+        ("redis+sentinel://:hunter2@a:26379", "it names no service"),
+        (
+            "redis+sentinel://:hunter2@a:1,b:x/m",
+            "the port of host 2 of 2",
+        ),
+        (
+            "redis+cluster://:hunter2@a:1/4",
+            "a Cluster has database 0 only",
+        ),
+    ];
+    for (url, needle) in cases {
+        let done = refused_url(url);
+        assert!(done.stderr.contains(needle), "{url}: {done:#?}");
+        assert!(done.stderr.contains("--redis"), "{url}: {done:#?}");
+        assert!(!done.stderr.contains("hunter2"), "{url}: {done:#?}");
+    }
+    // From the environment, the variable is named instead of the flag.
+    let mut command = Command::new(BIN);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("LEASEHOLD_") {
+            command.env_remove(name);
+        }
+    }
+    command
+        .env("LEASEHOLD_REDIS_URL", "redis://:hunter2@h:99999")
+        .args(["list"]);
+    let done = run_to_end(command);
+    done.assert_code(2);
+    assert!(
+        done.stderr
+            .contains("LEASEHOLD_REDIS_URL redis://:***@h:99999: invalid Redis URL: the port"),
+        "{done:#?}"
+    );
+}
+
+#[test]
+fn a_database_the_server_does_not_have_is_a_usage_error() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let url = format!("{}/99", server.url());
+    let mut command = leasehold(&url);
+    command
+        .args(["run", "r", "--"])
+        .args(scratch.sh("echo ran > \"$D/ran\""));
+    let done = run_to_end(command);
+    done.assert_code(2);
+    assert!(
+        done.stderr
+            .contains("the server has no database of the URL's index"),
+        "{done:#?}"
+    );
+    assert!(!scratch.path("ran").exists(), "the command must not run");
+    for argv in [&["inspect", "r"][..], &["list"][..]] {
+        let mut command = leasehold(&url);
+        command.args(argv);
+        let done = run_to_end(command);
+        done.assert_code(2);
+        assert!(done.stderr.contains("no database"), "{argv:?}: {done:#?}");
+    }
+    assert!(server.keys().is_empty());
+}
+
+#[test]
+fn demo_help_does_not_offer_the_url_variable_it_ignores() {
+    let help = |argv: &[&str]| {
+        let mut command = leasehold(&dead_url());
+        command.args(argv);
+        let done = run_to_end(command);
+        done.assert_code(0);
+        done.stdout
+    };
+    for argv in [
+        &["demo", "--help"][..],
+        &["demo", "-h"][..],
+        &["help", "demo"][..],
+    ] {
+        let text = help(argv);
+        assert!(
+            !text.contains("[env: LEASEHOLD_REDIS_URL"),
+            "{argv:?}: {text}"
+        );
+        assert!(
+            text.contains("LEASEHOLD_REDIS_URL is ignored"),
+            "{argv:?}: {text}"
+        );
+    }
+    // Every other command still offers it.
+    for argv in [
+        &["run", "--help"][..],
+        &["inspect", "--help"][..],
+        &["list", "--help"][..],
+    ] {
+        let text = help(argv);
+        assert!(
+            text.contains("[env: LEASEHOLD_REDIS_URL"),
+            "{argv:?}: {text}"
+        );
+    }
+}
+
+#[test]
+fn a_command_without_the_separator_gets_a_tip() {
+    for argv in [&["run", "x", "true"][..], &["run", "x"][..]] {
+        let mut command = leasehold(&dead_url());
+        command.args(argv);
+        let done = run_to_end(command);
+        done.assert_code(2);
+        assert!(
+            done.stderr.contains(
+                "tip: the command goes after `--`: leasehold run RESOURCE [OPTIONS] -- CMD"
+            ),
+            "{argv:?}: {done:#?}"
+        );
+        assert!(done.stderr.contains("Usage: leasehold run"), "{done:#?}");
+    }
+    // Another mistake gets clap's message alone.
+    let mut command = leasehold(&dead_url());
+    command.args(["run", "x", "--tll", "2s", "--", "true"]);
+    let done = run_to_end(command);
+    done.assert_code(2);
+    assert!(!done.stderr.contains("tip: the command goes"), "{done:#?}");
+}
