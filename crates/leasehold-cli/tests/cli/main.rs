@@ -39,6 +39,7 @@ mod run_command;
 mod run_faults;
 mod run_loss_and_signals;
 mod run_not_acquired;
+mod topologies;
 mod usage;
 
 // ---------------------------------------------------------------------------------------------
