@@ -7,7 +7,7 @@ use leasehold_redis::leasehold::LeaseView;
 use leasehold_redis::{Error, ListedLease, ListedState};
 use serde_json::json;
 
-use crate::config::{BreakConfig, ListConfig};
+use crate::config::{BreakConfig, ListConfig, Named};
 use crate::exit;
 use crate::inspect::{json_fields, parts};
 
@@ -41,9 +41,12 @@ pub(crate) async fn list(config: ListConfig) -> u8 {
 pub(crate) async fn break_lease(config: BreakConfig) -> u8 {
     let BreakConfig {
         target,
-        purpose,
-        resource,
-        resource_name,
+        lease:
+            Named {
+                purpose,
+                resource,
+                resource_name,
+            },
         json,
     } = config;
     let removed = match target.backend.break_lease(&purpose, &resource).await {

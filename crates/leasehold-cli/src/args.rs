@@ -272,12 +272,16 @@ pub(crate) struct RunArgs {
     pub(crate) command: Vec<OsString>,
 }
 
-/// `leasehold inspect`.
+/// A lease named on the command line: its resource, by raw name or by digest, and purpose.
 #[derive(Debug, Args)]
-pub(crate) struct InspectArgs {
+pub(crate) struct LeaseName {
     /// The resource, by its raw name (hashed before it is sent).
-    #[arg(value_name = "RESOURCE")]
-    pub(crate) resource: OsString,
+    #[arg(value_name = "RESOURCE", required_unless_present = "digest")]
+    pub(crate) resource: Option<OsString>,
+
+    /// The resource by its digest, as `list` shows it, instead of its name.
+    #[arg(long, value_name = "sha256:HEX", conflicts_with = "resource")]
+    pub(crate) digest: Option<String>,
 
     /// The purpose the lease was taken for.
     #[arg(
@@ -287,6 +291,13 @@ pub(crate) struct InspectArgs {
         default_value = "cli"
     )]
     pub(crate) purpose: String,
+}
+
+/// `leasehold inspect`.
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    #[command(flatten)]
+    pub(crate) lease: LeaseName,
 
     /// Print one JSON object instead of a sentence.
     #[arg(long)]
@@ -308,22 +319,8 @@ pub(crate) struct ListArgs {
 /// `leasehold break`.
 #[derive(Debug, Args)]
 pub(crate) struct BreakArgs {
-    /// The resource, by its raw name (hashed before it is sent).
-    #[arg(value_name = "RESOURCE", required_unless_present = "digest")]
-    pub(crate) resource: Option<OsString>,
-
-    /// The resource by its digest, as `list` shows it, instead of its name.
-    #[arg(long, value_name = "sha256:HEX", conflicts_with = "resource")]
-    pub(crate) digest: Option<String>,
-
-    /// The purpose the lease was taken for.
-    #[arg(
-        long,
-        value_name = "P",
-        env = "LEASEHOLD_PURPOSE",
-        default_value = "cli"
-    )]
-    pub(crate) purpose: String,
+    #[command(flatten)]
+    pub(crate) lease: LeaseName,
 
     /// Do it: without --yes, nothing is sent.
     #[arg(long)]

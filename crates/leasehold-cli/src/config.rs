@@ -15,7 +15,7 @@ use leasehold_redis::leasehold::{
 };
 use leasehold_redis::{RedisBackend, RedisSettings};
 
-use crate::args::{BreakArgs, Cli, Command, InspectArgs, ListArgs, RunArgs};
+use crate::args::{BreakArgs, Cli, Command, InspectArgs, LeaseName, ListArgs, RunArgs};
 use crate::duration::{Wait, Written, parse_duration, parse_wait};
 use crate::exit;
 use crate::holder::default_holder_name;
@@ -137,14 +137,21 @@ pub(crate) struct RunConfig {
     pub(crate) args: Vec<OsString>,
 }
 
+/// A lease named on the command line, validated.
+#[derive(Debug)]
+pub(crate) struct Named {
+    pub(crate) purpose: Purpose,
+    pub(crate) resource: ResourceDigest,
+    /// The raw name (or the digest, if that is how it was given), for the human-readable line
+    /// only: it is never sent.
+    pub(crate) resource_name: String,
+}
+
 /// `leasehold inspect`, validated.
 #[derive(Debug)]
 pub(crate) struct InspectConfig {
     pub(crate) target: Target,
-    pub(crate) purpose: Purpose,
-    pub(crate) resource: ResourceDigest,
-    /// The raw name, for the human-readable line only (it is never sent).
-    pub(crate) resource_name: String,
+    pub(crate) lease: Named,
     pub(crate) json: bool,
 }
 
@@ -160,10 +167,7 @@ pub(crate) struct ListConfig {
 #[derive(Debug)]
 pub(crate) struct BreakConfig {
     pub(crate) target: Target,
-    pub(crate) purpose: Purpose,
-    pub(crate) resource: ResourceDigest,
-    /// The raw name, or the digest if that is how it was given: for the sentence only.
-    pub(crate) resource_name: String,
+    pub(crate) lease: Named,
     pub(crate) json: bool,
 }
 
@@ -364,11 +368,27 @@ fn inspect(
     origins: &Origins,
 ) -> Result<InspectConfig, ConfigError> {
     Ok(InspectConfig {
-        purpose: purpose(&args.purpose, origins)?,
-        resource: resource(&args.resource)?,
-        resource_name: args.resource.to_string_lossy().into_owned(),
+        lease: named(&args.lease, origins)?,
         json: args.json,
         target: Target::open(url, settings, origins)?,
+    })
+}
+
+/// The lease `name` names: by digest or by raw name, with its purpose.
+fn named(name: &LeaseName, origins: &Origins) -> Result<Named, ConfigError> {
+    let purpose = purpose(&name.purpose, origins)?;
+    let (resource, resource_name) = match (&name.digest, &name.resource) {
+        (Some(digest), _) => (
+            ResourceDigest::parse(digest).map_err(|e| usage(format!("--digest: {e}")))?,
+            digest.clone(),
+        ),
+        (None, Some(raw)) => (resource(raw)?, raw.to_string_lossy().into_owned()),
+        (None, None) => return Err(usage("name the lease: RESOURCE or --digest")),
+    };
+    Ok(Named {
+        purpose,
+        resource,
+        resource_name,
     })
 }
 
@@ -395,15 +415,7 @@ fn break_lease(
     args: BreakArgs,
     origins: &Origins,
 ) -> Result<BreakConfig, ConfigError> {
-    let purpose = purpose(&args.purpose, origins)?;
-    let (resource, resource_name) = match (&args.digest, &args.resource) {
-        (Some(digest), _) => (
-            ResourceDigest::parse(digest).map_err(|e| usage(format!("--digest: {e}")))?,
-            digest.clone(),
-        ),
-        (None, Some(raw)) => (resource(raw)?, raw.to_string_lossy().into_owned()),
-        (None, None) => return Err(usage("name the lease: RESOURCE or --digest")),
-    };
+    let lease = named(&args.lease, origins)?;
     if !args.yes {
         return Err(usage(
             "break removes the lease whoever holds it, and nothing tells the holder until its \
@@ -411,9 +423,7 @@ fn break_lease(
         ));
     }
     Ok(BreakConfig {
-        purpose,
-        resource,
-        resource_name,
+        lease,
         json: args.json,
         target: Target::open(url, settings, origins)?,
     })

@@ -6,7 +6,7 @@ use leasehold_redis::RedisBackend;
 use leasehold_redis::leasehold::{InspectOutcome, LeaseView};
 use serde_json::{Value, json};
 
-use crate::config::InspectConfig;
+use crate::config::{InspectConfig, Named};
 use crate::duration::format_duration;
 use crate::exit;
 
@@ -14,9 +14,12 @@ use crate::exit;
 pub(crate) async fn inspect(config: InspectConfig) -> u8 {
     let InspectConfig {
         target,
-        purpose,
-        resource,
-        resource_name,
+        lease:
+            Named {
+                purpose,
+                resource,
+                resource_name,
+            },
         json,
     } = config;
     let shown = target.shown;

@@ -68,6 +68,18 @@ fn list_shows_a_held_lease_with_its_holder_name() {
             .as_u64()
             .is_some_and(|ms| ms > 0 && ms <= 30_000)
     );
+    // What `list` shows is enough to inspect it by: its digest.
+    let mut command = leasehold(&server.url());
+    let digest = run["resource"].as_str().expect("a digest").to_owned();
+    command.args(["inspect", "--digest", &digest, "--json"]);
+    let inspected = run_to_end(command);
+    inspected.assert_code(0);
+    assert!(
+        inspected
+            .stdout
+            .contains(r#""holder_name":"nightly on host-3""#),
+        "{inspected:#?}"
+    );
     // No fence counter, no other purpose, no raw name.
     assert_eq!(list_json(&server, &["--purpose", "reports"]).len(), 0);
     assert_eq!(list_json(&server, &["--purpose", "cli"]).len(), 2);
