@@ -79,6 +79,7 @@ demo: redis
 ## cost per lock and release, each on an ephemeral redis-server.
 bench: redis
 	$(CARGO) run -q --release -p leasehold-redis --example bench_ops
+	$(CARGO) run -q --release -p leasehold-redis --example hotpath_bench
 	$(CARGO) run -q --release -p leasehold-redis --example handoff
 	$(CARGO) run -q --release -p leasehold-redis --example keepalive_bench
 	$(CARGO) run -q --release -p leasehold-redis --example election_bench

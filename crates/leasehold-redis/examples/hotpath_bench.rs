@@ -1,0 +1,305 @@
+//! `make bench`: the hot path side by side, in one process on one redis-server.
+//!
+//! Four locks, each acquired and released in a loop over one multiplexed connection:
+//!
+//! - **leasehold**: `try_acquire` + `release` (one EVALSHA each, fenced, every guarantee on);
+//! - **fenced floor**: the least a fenced lease can do — one script that refuses a held key,
+//!   `INCR`s the fence counter and `SET`s the key with `PX`, and a compare-and-delete release;
+//! - **SET NX floor**: an unfenced lock, `SET NX PX` and the same compare-and-delete;
+//! - **rslock**: the `rslock` crate (Redlock on one server), which does no fencing.
+//!
+//! One task (latency p50 / p99, µs) and 64 tasks on distinct resources (cycles per second),
+//! each measured in rounds that rotate the order of the four, so that drift on a loaded
+//! machine hits all of them alike; medians of the rounds, and ratios to the fenced floor and
+//! to rslock. Prints figures; asserts nothing about them.
+//!
+//! `HOTPATH_PROFILE=leasehold` (or another lock's name) runs only that lock's 64-task load for
+//! 10 s instead, to profile it (`perf record -g`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use leasehold_redis::leasehold::{OperationId, Purpose, ResourceDigest};
+use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
+use redis::aio::MultiplexedConnection;
+use test_support::RedisServer;
+
+type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const ROUNDS: usize = 3;
+const ONE_TASK_CYCLES: usize = 4_000;
+const TASKS: usize = 64;
+const WINDOW: Duration = Duration::from_secs(2);
+const TTL_MS: u64 = 10_000;
+
+const FLOOR_ACQUIRE: &str = "\
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local fence = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
+return fence";
+const FLOOR_RELEASE: &str = "\
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lock {
+    Leasehold,
+    FencedFloor,
+    SetNxFloor,
+    Rslock,
+}
+
+const LOCKS: [Lock; 4] = [
+    Lock::Leasehold,
+    Lock::FencedFloor,
+    Lock::SetNxFloor,
+    Lock::Rslock,
+];
+
+impl Lock {
+    fn name(self) -> &'static str {
+        match self {
+            Lock::Leasehold => "leasehold",
+            Lock::FencedFloor => "fenced floor",
+            Lock::SetNxFloor => "SET NX floor",
+            Lock::Rslock => "rslock",
+        }
+    }
+}
+
+/// Everything the four need, shared by the tasks.
+struct Bench {
+    client: RedisLeases,
+    purpose: Purpose,
+    digests: Vec<ResourceDigest>,
+    raw: MultiplexedConnection,
+    acquire: redis::Script,
+    release: redis::Script,
+    rslock: rslock::LockManager,
+    serial: AtomicU64,
+}
+
+impl Bench {
+    /// One acquire and release of resource `r` by `lock`.
+    async fn cycle(&self, lock: Lock, r: usize) -> Res<()> {
+        let n = self.serial.fetch_add(1, Ordering::Relaxed);
+        match lock {
+            Lock::Leasehold => {
+                let attempt = self.client.new_attempt(OperationId::new("bench")?)?;
+                let request = self.client.request(
+                    self.purpose.clone(),
+                    self.digests[r].clone(),
+                    attempt,
+                    Duration::from_millis(TTL_MS),
+                )?;
+                let lease = self
+                    .client
+                    .try_acquire(&request)
+                    .await
+                    .into_handle()
+                    .ok_or("leasehold: not granted")?;
+                if lease.release().await != leasehold_redis::leasehold::ReleaseOutcome::Released {
+                    return Err("leasehold: not released".into());
+                }
+            }
+            Lock::FencedFloor => {
+                let key = format!("floor:{{r{r}}}");
+                let token = format!("t{n}");
+                let mut raw = self.raw.clone();
+                let fence: i64 = self
+                    .acquire
+                    .key(&key)
+                    .key(format!("{key}:fence"))
+                    .arg(&token)
+                    .arg(TTL_MS)
+                    .invoke_async(&mut raw)
+                    .await?;
+                if fence == 0 {
+                    return Err("fenced floor: not granted".into());
+                }
+                let value = format!("{token}:{fence}");
+                let deleted: i64 = self
+                    .release
+                    .key(&key)
+                    .arg(value)
+                    .invoke_async(&mut raw)
+                    .await?;
+                if deleted != 1 {
+                    return Err("fenced floor: not released".into());
+                }
+            }
+            Lock::SetNxFloor => {
+                let key = format!("setnx:{{r{r}}}");
+                let token = format!("t{n}");
+                let mut raw = self.raw.clone();
+                let set: Option<String> = redis::cmd("SET")
+                    .arg(&key)
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(TTL_MS)
+                    .query_async(&mut raw)
+                    .await?;
+                if set.is_none() {
+                    return Err("SET NX: not granted".into());
+                }
+                let deleted: i64 = self
+                    .release
+                    .key(&key)
+                    .arg(token)
+                    .invoke_async(&mut raw)
+                    .await?;
+                if deleted != 1 {
+                    return Err("SET NX: not released".into());
+                }
+            }
+            Lock::Rslock => {
+                let resource = format!("rslock:r{r}");
+                let lock = self
+                    .rslock
+                    .lock(resource.as_bytes(), Duration::from_millis(TTL_MS))
+                    .await
+                    .map_err(|e| format!("rslock: {e:?}"))?;
+                self.rslock.unlock(&lock).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// One round of one task: per-cycle latencies, µs.
+async fn one_task(bench: &Bench, lock: Lock) -> Res<Histogram<u64>> {
+    let mut h = Histogram::<u64>::new_with_bounds(1, 10_000_000, 3)?;
+    for _ in 0..ONE_TASK_CYCLES {
+        let t = Instant::now();
+        bench.cycle(lock, 0).await?;
+        h.record(micros(t.elapsed()))?;
+    }
+    Ok(h)
+}
+
+/// One round of 64 tasks, each on its own resource, for [`WINDOW`]: cycles per second.
+async fn many_tasks(bench: &Arc<Bench>, lock: Lock) -> Res<f64> {
+    let started = Instant::now();
+    let deadline = started + WINDOW;
+    let mut tasks = Vec::with_capacity(TASKS);
+    for r in 0..TASKS {
+        let bench = Arc::clone(bench);
+        tasks.push(tokio::spawn(async move {
+            let mut cycles = 0u64;
+            while Instant::now() < deadline {
+                bench.cycle(lock, r).await?;
+                cycles += 1;
+            }
+            Ok::<u64, Box<dyn std::error::Error + Send + Sync>>(cycles)
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await??;
+    }
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
+#[tokio::main]
+async fn main() -> Res<()> {
+    let server = RedisServer::start();
+    let client = RedisBackend::open(&server.url(), RedisSettings::default())?.into_client();
+    client.backend().warm_up().await?;
+    let raw = redis::Client::open(server.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let bench = Arc::new(Bench {
+        client,
+        purpose: Purpose::new("bench")?,
+        digests: (0..TASKS)
+            .map(|r| ResourceDigest::of(format!("r{r}")))
+            .collect(),
+        raw,
+        acquire: redis::Script::new(FLOOR_ACQUIRE),
+        release: redis::Script::new(FLOOR_RELEASE),
+        rslock: rslock::LockManager::new(vec![server.url()]),
+        serial: AtomicU64::new(0),
+    });
+    // Warm every path (scripts cached, connections made) before measuring.
+    for lock in LOCKS {
+        for _ in 0..200 {
+            bench.cycle(lock, 0).await?;
+        }
+    }
+
+    if let Ok(name) = std::env::var("HOTPATH_PROFILE") {
+        let lock = LOCKS
+            .into_iter()
+            .find(|l| l.name() == name)
+            .ok_or("HOTPATH_PROFILE names no lock")?;
+        let mut total = 0.0;
+        for _ in 0..5 {
+            total += many_tasks(&bench, lock).await?;
+        }
+        println!("{}: {:.0} cycles/s", lock.name(), total / 5.0);
+        return Ok(());
+    }
+    let mut p50 = vec![Vec::new(); LOCKS.len()];
+    let mut p99 = vec![Vec::new(); LOCKS.len()];
+    let mut rate = vec![Vec::new(); LOCKS.len()];
+    for round in 0..ROUNDS {
+        for k in 0..LOCKS.len() {
+            let i = (k + round) % LOCKS.len();
+            let h = one_task(&bench, LOCKS[i]).await?;
+            p50[i].push(h.value_at_quantile(0.50) as f64);
+            p99[i].push(h.value_at_quantile(0.99) as f64);
+        }
+        for k in 0..LOCKS.len() {
+            let i = (k + round) % LOCKS.len();
+            rate[i].push(many_tasks(&bench, LOCKS[i]).await?);
+        }
+    }
+    let p50: Vec<f64> = p50.into_iter().map(median).collect();
+    let p99: Vec<f64> = p99.into_iter().map(median).collect();
+    let rate: Vec<f64> = rate.into_iter().map(median).collect();
+    let floor = 1; // index of the fenced floor
+    let rs = 3; // index of rslock
+
+    println!(
+        "hot path: acquire + release, one redis-server on loopback, medians of {ROUNDS} \
+         interleaved rounds"
+    );
+    println!(
+        "{:<14} {:>8} {:>8} {:>9} {:>9}   {:>10} {:>9} {:>9}",
+        "", "1 task", "", "p50 /", "p50 /", "64 tasks", "rate /", "rate /"
+    );
+    println!(
+        "{:<14} {:>8} {:>8} {:>9} {:>9}   {:>10} {:>9} {:>9}",
+        "", "p50 µs", "p99 µs", "floor", "rslock", "cycles/s", "floor", "rslock"
+    );
+    for (i, lock) in LOCKS.iter().enumerate() {
+        println!(
+            "{:<14} {:>8.0} {:>8.0} {:>8.2}x {:>8.2}x   {:>10.0} {:>8.2}x {:>8.2}x",
+            lock.name(),
+            p50[i],
+            p99[i],
+            p50[i] / p50[floor],
+            p50[i] / p50[rs],
+            rate[i],
+            rate[i] / rate[floor],
+            rate[i] / rate[rs],
+        );
+    }
+    println!(
+        "(the fenced floor: one script that refuses a held key, INCRs the fence and SETs PX, \
+         and a compare-and-delete; SET NX floor: unfenced; rslock: no fencing)"
+    );
+    Ok(())
+}
