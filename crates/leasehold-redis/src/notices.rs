@@ -7,6 +7,11 @@
 //! subscribes again; meanwhile waiters fall back to their timers. Notices are only hints:
 //! a missed one costs latency, never safety.
 //!
+//! A channel is kept only while someone watches it: every [`SWEEP_EVERY`] the task drops the
+//! channels whose every watch is gone and unsubscribes from them, so that a process that has
+//! waited on a million resources over its life holds subscriptions only for those with
+//! waiters now.
+//!
 //! On a standalone server this is classic `SUBSCRIBE` (the script uses `PUBLISH`). On a cluster
 //! it is sharded pub/sub: the script uses `SPUBLISH`, which stays on the node that owns the
 //! channel's slot (the lease's slot), and the subscriber is a RESP3 cluster connection whose
@@ -28,6 +33,9 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::task::AbortOnDropHandle;
 
 type Channels = Arc<Mutex<HashMap<String, Arc<Notify>>>>;
+
+/// How often the subscriber drops the channels no one watches any more.
+pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 struct Running {
     requests: mpsc::UnboundedSender<String>,
@@ -125,6 +133,22 @@ fn wake(channels: &Channels, channel: &str) {
     }
 }
 
+/// Removes from `channels` every channel that no watch holds any more (the map's own handle
+/// is the only one left) and returns them, to unsubscribe. A watch taken after this finds no
+/// entry and subscribes anew; one taken before keeps the entry.
+fn take_idle(channels: &Channels) -> Vec<String> {
+    let mut channels = lock(channels);
+    let idle: Vec<String> = channels
+        .iter()
+        .filter(|(_, notify)| Arc::strong_count(notify) == 1)
+        .map(|(channel, _)| channel.clone())
+        .collect();
+    for channel in &idle {
+        channels.remove(channel);
+    }
+    idle
+}
+
 /// What a subscriber connection delivers.
 enum Event {
     /// A release was published on this channel.
@@ -144,6 +168,18 @@ impl Subscriber {
         match self {
             Subscriber::Single(sink) => sink.subscribe(channel).await,
             Subscriber::Cluster(connection) => connection.ssubscribe(channel).await,
+        }
+    }
+
+    async fn unsubscribe(&mut self, channels: &[String]) -> RedisResult<()> {
+        match self {
+            Subscriber::Single(sink) => sink.unsubscribe(channels).await,
+            Subscriber::Cluster(connection) => {
+                for channel in channels {
+                    connection.sunsubscribe(channel).await?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -231,8 +267,16 @@ async fn run(
                 // Requests queued while we were away are served by the loop below. Most name a
                 // channel `all` had already (subscribing again is harmless); one whose watch
                 // came after `all` was read would otherwise never be subscribed.
+                let mut sweep = tokio::time::interval(SWEEP_EVERY);
+                sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     tokio::select! {
+                        _ = sweep.tick() => {
+                            let idle = take_idle(&channels);
+                            if !idle.is_empty() && subscriber.unsubscribe(&idle).await.is_err() {
+                                break;
+                            }
+                        }
                         event = events.next() => match event {
                             Some(Event::Released(channel)) => wake(&channels, &channel),
                             // A release may have gone unheard while the link was down.
@@ -240,6 +284,9 @@ async fn run(
                             None => break,
                         },
                         request = requests.recv() => match request {
+                            // Its watches may all be gone already (and the channel swept):
+                            // subscribing then would leave a subscription no sweep removes.
+                            Some(channel) if !lock(&channels).contains_key(&channel) => {}
                             Some(channel) => {
                                 if subscriber.subscribe(&channel).await.is_err() {
                                     break;

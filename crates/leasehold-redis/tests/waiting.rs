@@ -294,3 +294,64 @@ async fn a_killed_subscriber_reconnects_and_still_hands_off() {
     until_subscribed(&server, &client, &holder, 1).await;
     common::release_and_expect_hand_off(first, waiting, Duration::from_secs(2)).await;
 }
+
+/// The release channels the server has subscribers on.
+fn subscribed_channels(server: &RedisServer) -> usize {
+    match server.cmd(&["PUBSUB", "CHANNELS", "*:released"]) {
+        test_support::Reply::Array(Some(items)) => items.len(),
+        other => panic!("PUBSUB CHANNELS replied {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn subscriptions_are_kept_only_for_resources_with_waiters_now() {
+    let server = RedisServer::start();
+    let holders = client(&server);
+    let waiters = client(&server);
+    // 300 resources, each held, each waited on briefly by the same process.
+    let mut held = Vec::new();
+    for i in 0..300 {
+        let req = request(
+            &holders,
+            &format!("many-{i}"),
+            "op-a",
+            Duration::from_secs(30),
+        );
+        held.push(holders.acquire(&req).await.into_handle().expect("free"));
+    }
+    let mut brief = Vec::new();
+    for i in 0..300 {
+        let waiters = waiters.clone();
+        brief.push(tokio::spawn(async move {
+            let req = request(
+                &waiters,
+                &format!("many-{i}"),
+                "op-b",
+                Duration::from_secs(30),
+            )
+            .with_wait_timeout(Duration::from_millis(300))
+            .unwrap();
+            waiters.acquire(&req).await
+        }));
+    }
+    // One waiter that is still waiting, on another resource.
+    let (_client, _holder, first, waiting) = hold_and_wait(&server, "still-waited").await;
+    for task in brief {
+        assert!(matches!(task.await.unwrap(), AcquireOutcome::Contended(_)));
+    }
+    // Every brief waiter is gone: its channel is dropped and unsubscribed, bounded by the
+    // sweep; the one still waiting keeps its own (two clients: the brief ones' and its own).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while subscribed_channels(&server) > 1 {
+        assert!(
+            Instant::now() < deadline,
+            "{} channels still subscribed",
+            subscribed_channels(&server)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(subscribed_channels(&server), 1);
+    // And it still hears the release at once.
+    common::release_and_expect_hand_off(first, waiting, Duration::from_secs(2)).await;
+    drop(held);
+}
