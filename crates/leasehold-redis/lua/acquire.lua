@@ -32,8 +32,10 @@
 -- failover restarts above every fence issued before, as long as the clock of the server that
 -- grants now is not behind the one that granted then by more than the time in between.
 --
--- Nothing is written when a key cannot be used: the lease key or the counter holds another
--- type, or the counter holds something that is not a fence or is at the top of the range.
+-- Nothing is changed when a key cannot be used: the lease key or the counter holds another
+-- type, or the counter holds something that is not a fence or is at the top of the range
+-- (such a counter is read by moving it, and put back in the same script: its value stays,
+-- a TTL someone set on it does not).
 --
 -- Replies (fence is a decimal string, pttl an integer; holder is the first 16 hex digits of
 -- SHA-1 of the holder's token, or "" when the stored value is not ours; name is the holder
@@ -77,22 +79,29 @@ if type(current) == 'table' then
   return {-2, 'lease-type'}
 end
 if not current then
-  local counter = redis.pcall('GET', KEYS[2])
+  local time = redis.call('TIME')
+  local now = time[1] .. string.rep('0', 6 - #time[2]) .. time[2]
+  -- One call reads the counter and moves it to the clock, which is the new fence unless the
+  -- counter is already there or beyond (two grants in one microsecond, a clock stepped back):
+  -- then the counter's successor is, set below. A counter of another type makes SET ... GET
+  -- fail without setting anything; one that is not a fence is put back as it was.
+  local counter = redis.pcall('SET', KEYS[2], now, 'GET')
   if type(counter) == 'table' then
     return {-2, 'counter-type'}
   end
   counter = counter or '0'
   if counter ~= '0' and (not string.find(counter, '^[1-9]%d*$') or above(counter, TOP)) then
+    redis.call('SET', KEYS[2], counter)
     return {-2, 'counter-value'}
   end
   if counter == TOP then
+    redis.call('SET', KEYS[2], counter)
     return {-2, 'fence-range'}
   end
-  local time = redis.call('TIME')
-  local now = time[1] .. string.rep('0', 6 - #time[2]) .. time[2]
   local fence = now
   if not above(now, counter) then
     fence = succ(counter)
+    redis.call('SET', KEYS[2], fence)
   end
   local value = fence .. ':' .. ARGV[1] .. ':' .. ARGV[2]
   -- Strings, not Lua numbers, go to SET: a number would be formatted by Redis.
@@ -109,7 +118,6 @@ if not current then
     end
     value = value .. '\n' .. hold_until .. '\n' .. ARGV[5]
   end
-  redis.call('SET', KEYS[2], fence)
   redis.call('SET', KEYS[1], value, 'PX', px)
   return {1, fence, tonumber(px)}
 end

@@ -51,9 +51,12 @@ local fence = ARGV[3]
 if fence == '' then
   fence = string.match(grant, '^(%d+):') or ''
 end
-local holder = string.sub(redis.sha1hex(ARGV[1]), 1, 16)
+-- The token's fingerprint is needed only for a grant with a minimum hold: computed then.
+local function holder()
+  return string.sub(redis.sha1hex(ARGV[1]), 1, 16)
+end
 if grant ~= fence .. ':' .. ARGV[1] .. ':' .. ARGV[2] then
-  if hold_until ~= '' and grant == fence .. ':~' .. holder .. ':' .. ARGV[2] then
+  if hold_until ~= '' and grant == fence .. ':~' .. holder() .. ':' .. ARGV[2] then
     return {1}
   end
   return {-1}
@@ -64,7 +67,7 @@ if hold_until ~= '' then
   -- Bounded by the longest hold a request may ask for, should the clock have stepped back.
   local left = math.min(math.ceil((tonumber(hold_until) - now_us) / 1000), MAX_HOLD_MS)
   if left > 0 then
-    local record = fence .. ':~' .. holder .. ':' .. ARGV[2] .. '\n' .. hold_until .. '\n' .. name
+    local record = fence .. ':~' .. holder() .. ':' .. ARGV[2] .. '\n' .. hold_until .. '\n' .. name
     redis.call('SET', KEYS[1], record, 'PX', string.format('%d', left))
     return {1}
   end
