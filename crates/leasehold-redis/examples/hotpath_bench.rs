@@ -79,6 +79,7 @@ struct Bench {
     release: redis::Script,
     rslock: rslock::LockManager,
     serial: AtomicU64,
+    server_pid: String,
 }
 
 impl Bench {
@@ -189,8 +190,37 @@ async fn one_task(bench: &Bench, lock: Lock) -> Res<Histogram<u64>> {
     Ok(h)
 }
 
-/// One round of 64 tasks, each on its own resource, for [`WINDOW`]: cycles per second.
-async fn many_tasks(bench: &Arc<Bench>, lock: Lock) -> Res<f64> {
+/// CPU time a process has used (user + system), from `/proc/<pid>/stat`.
+fn cpu_time(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name; in clock
+    // ticks, 100 a second on Linux.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// What one round of 64 tasks measured.
+struct Load {
+    cycles_per_second: f64,
+    /// CPU per cycle, µs: the server's and this process's.
+    server_us: f64,
+    client_us: f64,
+}
+
+/// One round of 64 tasks, each on its own resource, for [`WINDOW`].
+async fn many_tasks(bench: &Arc<Bench>, lock: Lock) -> Res<Load> {
+    let (server_before, client_before) = (cpu_time(&bench.server_pid), cpu_time("self"));
     let started = Instant::now();
     let deadline = started + WINDOW;
     let mut tasks = Vec::with_capacity(TASKS);
@@ -209,7 +239,13 @@ async fn many_tasks(bench: &Arc<Bench>, lock: Lock) -> Res<f64> {
     for task in tasks {
         total += task.await??;
     }
-    Ok(total as f64 / started.elapsed().as_secs_f64())
+    let elapsed = started.elapsed();
+    let per_cycle = |d: Duration| d.as_secs_f64() * 1e6 / total.max(1) as f64;
+    Ok(Load {
+        cycles_per_second: total as f64 / elapsed.as_secs_f64(),
+        server_us: per_cycle(cpu_time(&bench.server_pid).saturating_sub(server_before)),
+        client_us: per_cycle(cpu_time("self").saturating_sub(client_before)),
+    })
 }
 
 #[tokio::main]
@@ -231,6 +267,7 @@ async fn main() -> Res<()> {
         release: redis::Script::new(FLOOR_RELEASE),
         rslock: rslock::LockManager::new(vec![server.url()]),
         serial: AtomicU64::new(0),
+        server_pid: server.pid().to_string(),
     });
     // Warm every path (scripts cached, connections made) before measuring.
     for lock in LOCKS {
@@ -246,14 +283,22 @@ async fn main() -> Res<()> {
             .ok_or("HOTPATH_PROFILE names no lock")?;
         let mut total = 0.0;
         for _ in 0..5 {
-            total += many_tasks(&bench, lock).await?;
+            total += many_tasks(&bench, lock).await?.cycles_per_second;
         }
         println!("{}: {:.0} cycles/s", lock.name(), total / 5.0);
+        let mut raw = bench.raw.clone();
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut raw)
+            .await?;
+        println!("{stats}");
         return Ok(());
     }
     let mut p50 = vec![Vec::new(); LOCKS.len()];
     let mut p99 = vec![Vec::new(); LOCKS.len()];
     let mut rate = vec![Vec::new(); LOCKS.len()];
+    let mut server_us = vec![Vec::new(); LOCKS.len()];
+    let mut client_us = vec![Vec::new(); LOCKS.len()];
     for round in 0..ROUNDS {
         for k in 0..LOCKS.len() {
             let i = (k + round) % LOCKS.len();
@@ -263,12 +308,17 @@ async fn main() -> Res<()> {
         }
         for k in 0..LOCKS.len() {
             let i = (k + round) % LOCKS.len();
-            rate[i].push(many_tasks(&bench, LOCKS[i]).await?);
+            let load = many_tasks(&bench, LOCKS[i]).await?;
+            rate[i].push(load.cycles_per_second);
+            server_us[i].push(load.server_us);
+            client_us[i].push(load.client_us);
         }
     }
     let p50: Vec<f64> = p50.into_iter().map(median).collect();
     let p99: Vec<f64> = p99.into_iter().map(median).collect();
     let rate: Vec<f64> = rate.into_iter().map(median).collect();
+    let server_us: Vec<f64> = server_us.into_iter().map(median).collect();
+    let client_us: Vec<f64> = client_us.into_iter().map(median).collect();
     let floor = 1; // index of the fenced floor
     let rs = 3; // index of rslock
 
@@ -295,6 +345,16 @@ async fn main() -> Res<()> {
             rate[i],
             rate[i] / rate[floor],
             rate[i] / rate[rs],
+        );
+    }
+    println!("CPU per cycle under the 64-task load, µs (from /proc, 10 ms ticks):");
+    for (i, lock) in LOCKS.iter().enumerate() {
+        println!(
+            "{:<14} server {:>5.1}  client {:>5.1}  total {:>5.1}",
+            lock.name(),
+            server_us[i],
+            client_us[i],
+            server_us[i] + client_us[i]
         );
     }
     println!(

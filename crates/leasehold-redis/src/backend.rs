@@ -154,9 +154,10 @@ impl RedisBackend {
         attempt: &Attempt,
         fence: Option<leasehold::FenceToken>,
     ) -> ReleaseReply {
+        let lease_key = self.keys.lease_key(purpose, resource);
         let call = ReleaseCall {
-            lease_key: self.keys.lease_key(purpose, resource),
-            release_channel: self.keys.release_channel(purpose, resource),
+            release_channel: KeyLayout::derived(&lease_key, ":released"),
+            lease_key,
             owner_token: attempt.owner_token().expose_secret(),
             operation_id: attempt.operation().as_str(),
             fence,
@@ -182,9 +183,10 @@ impl RedisBackend {
 impl LeaseBackend for RedisBackend {
     async fn acquire(&self, request: &LeaseRequest) -> AcquireReply {
         let attempt = request.attempt();
+        let lease_key = self.keys.lease_key(request.purpose(), request.resource());
         let call = AcquireCall {
-            lease_key: self.keys.lease_key(request.purpose(), request.resource()),
-            fence_counter_key: self.keys.fence_key(request.purpose(), request.resource()),
+            fence_counter_key: KeyLayout::derived(&lease_key, ":fence"),
+            lease_key,
             owner_token: attempt.owner_token().expose_secret(),
             operation_id: attempt.operation().as_str(),
             ttl_in_milliseconds: request.ttl_millis(),

@@ -9,6 +9,9 @@ use leasehold::{Purpose, ResourceDigest};
 
 use crate::settings::RedisSettings;
 
+/// The longest suffix appended to a lease key on the hot path.
+const LONGEST_SUFFIX: usize = ":released".len();
+
 /// Builds the keys for a namespace and key version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyLayout {
@@ -25,7 +28,27 @@ impl KeyLayout {
 
     /// Returns the lease key for `purpose` and `resource`.
     pub fn lease_key(&self, purpose: &Purpose, resource: &ResourceDigest) -> String {
-        format!("{}{}:{{{}}}", self.prefix, purpose, resource)
+        // Built by hand with room for the longest suffix (`:released`), so that the keys made
+        // from it by appending never reallocate: this runs on every lease operation.
+        let (purpose, resource) = (purpose.as_str(), resource.as_str());
+        let mut key = String::with_capacity(
+            self.prefix.len() + purpose.len() + resource.len() + 3 + LONGEST_SUFFIX,
+        );
+        key.push_str(&self.prefix);
+        key.push_str(purpose);
+        key.push_str(":{");
+        key.push_str(resource);
+        key.push('}');
+        key
+    }
+
+    /// Returns `lease_key` with `suffix` appended (a fence counter, a release channel…) without
+    /// building the lease key again.
+    pub(crate) fn derived(lease_key: &str, suffix: &str) -> String {
+        let mut key = String::with_capacity(lease_key.len() + suffix.len());
+        key.push_str(lease_key);
+        key.push_str(suffix);
+        key
     }
 
     /// Returns the `SCAN MATCH` pattern of every lease key in this layout, or of `purpose`'s
