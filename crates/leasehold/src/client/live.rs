@@ -23,7 +23,7 @@ pub(super) struct LiveGrants<B: LeaseBackend> {
 }
 
 /// A SHA-256 digest of an exact grant.
-type GrantKey = [u8; 32];
+pub(super) type GrantKey = [u8; 32];
 
 fn grant_key(request: &LeaseRequest, fence: FenceToken) -> GrantKey {
     use sha2::{Digest as _, Sha256};
@@ -65,24 +65,26 @@ impl<B: LeaseBackend> LiveGrants<B> {
     }
 
     /// Returns a live handle on exactly the grant `request` was given `fence` for, if there is
-    /// one.
-    pub(super) fn find(&self, request: &LeaseRequest, fence: FenceToken) -> Option<LeaseHandle<B>> {
-        self.by_grant
-            .get(&grant_key(request, fence))
-            .and_then(LeaseHandle::upgrade)
-            .filter(|handle| holds(handle, request, fence))
-    }
-
-    /// Records `handle` as the one for the grant `request` was given `fence` for, and now and
-    /// then forgets the handles that have been dropped.
-    pub(super) fn register(
-        &mut self,
+    /// one, and the grant's key, for [`register`](Self::register) to use without hashing the
+    /// grant again.
+    pub(super) fn find(
+        &self,
         request: &LeaseRequest,
         fence: FenceToken,
-        handle: &LeaseHandle<B>,
-    ) {
-        self.by_grant
-            .insert(grant_key(request, fence), handle.downgrade());
+    ) -> (Option<LeaseHandle<B>>, GrantKey) {
+        let key = grant_key(request, fence);
+        let found = self
+            .by_grant
+            .get(&key)
+            .and_then(LeaseHandle::upgrade)
+            .filter(|handle| holds(handle, request, fence));
+        (found, key)
+    }
+
+    /// Records `handle` as the one for the grant whose key [`find`](Self::find) returned, and
+    /// now and then forgets the handles that have been dropped.
+    pub(super) fn register(&mut self, key: GrantKey, handle: &LeaseHandle<B>) {
+        self.by_grant.insert(key, handle.downgrade());
         if self.by_grant.len() >= self.sweep_at {
             self.by_grant.retain(|_, weak| weak.strong_count() > 0);
             self.sweep_at = (self.by_grant.len() * 2).max(64);

@@ -204,7 +204,8 @@ impl<B: LeaseBackend> LeaseClient<B> {
         let handle = |reply: GrantReply| {
             let fence = reply.fence;
             let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(existing) = live.find(request, fence) {
+            let (found, key) = live.find(request, fence);
+            if let Some(existing) = found {
                 // The same grant again (a replay): one state for every handle of it.
                 existing.confirm(reply.server_ttl, sent_at);
                 return existing;
@@ -216,7 +217,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
                 reply,
                 sent_at,
             );
-            live.register(request, fence, &handle);
+            live.register(key, &handle);
             handle
         };
         match reply {
