@@ -355,3 +355,46 @@ async fn subscriptions_are_kept_only_for_resources_with_waiters_now() {
     common::release_and_expect_hand_off(first, waiting, Duration::from_secs(2)).await;
     drop(held);
 }
+
+/// `PUBLISH` calls the server has run, scripts' included.
+fn publishes(server: &RedisServer) -> u64 {
+    server.commandstats().get("publish").copied().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_release_is_announced_only_when_someone_waited_for_it() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    client.backend().warm_up().await.unwrap();
+    let before = publishes(&server);
+    // Nobody waits: a plain acquire and release, and a refused try that does not wait.
+    let holder = request(&client, "quiet", "op-a", Duration::from_secs(10));
+    let lease = client.acquire(&holder).await.into_handle().expect("free");
+    let passer_by = request(&client, "quiet", "op-b", Duration::from_secs(10));
+    assert!(matches!(
+        client.try_acquire(&passer_by).await,
+        AcquireOutcome::Contended(_)
+    ));
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    assert_eq!(
+        publishes(&server),
+        before,
+        "no one waited: nothing announced"
+    );
+    let key = common::lease_key(&client, &holder);
+    assert!(
+        server
+            .keys()
+            .iter()
+            .all(|k| !k.starts_with(&key) || k.ends_with(":fence")),
+        "{:?}",
+        server.keys()
+    );
+    // Someone waits: the release is announced once, and hands off at once.
+    let (_client, holder, first, waiting) = hold_and_wait(&server, "awaited").await;
+    let waiters_key = format!("{}:waiters", common::lease_key(&client, &holder));
+    assert!(server.keys().contains(&waiters_key), "{:?}", server.keys());
+    let before = publishes(&server);
+    common::release_and_expect_hand_off(first, waiting, Duration::from_secs(2)).await;
+    assert_eq!(publishes(&server), before + 1);
+}
