@@ -3,8 +3,6 @@
 --
 -- KEYS[1]  lease key           {ns}:lease:{ver}:{purpose}:{{digest}}
 -- KEYS[2]  fence counter key   the same with ":fence" (same hash slot; no TTL, never deleted)
--- KEYS[3]  waiters key         the same with ":waiters": present while someone may wait for
---                              a release notice (see release.lua)
 -- ARGV[1]  owner token         Base64URL, never contains ':'
 -- ARGV[2]  operation id        printable ASCII, may contain ':'
 -- ARGV[3]  TTL in milliseconds positive integer
@@ -12,10 +10,6 @@
 --          the grant, whatever its holder does (release.lua keeps it, renew.lua never
 --          shortens it)
 -- ARGV[5]  holder name, "" for none: UTF-8 without control characters, so never a newline
--- ARGV[6]  waiting   "1" if the caller waits for a release notice when contended, else "0":
---          a contended try then marks the lease as waited for (KEYS[3], for as long as the
---          lease has left), so that its release announces itself; a release nobody waits for
---          announces nothing
 --
 -- The stored value is "<fence>:<owner token>:<operation id>" when there is neither a hold
 -- nor a holder name, byte for byte as before both existed. Otherwise it is
@@ -138,8 +132,7 @@ if not fence then
   return {0, '0', pttl, '', '', 0}
 end
 if string.sub(token, 1, 1) == '~' then
-  -- Released before its hold ended: no one's grant, and never this attempt's again. Its
-  -- expiry announces nothing, so there is nothing to mark.
+  -- Released before its hold ended: no one's grant, and never this attempt's again.
   return {0, fence, pttl, string.sub(token, 2), name, 1}
 end
 local holder = string.sub(redis.sha1hex(token), 1, 16)
@@ -148,8 +141,5 @@ if token == ARGV[1] then
     return {2, fence, pttl}
   end
   return {3, fence, pttl, holder, name, 0}
-end
-if ARGV[6] == '1' and pttl > 0 then
-  redis.call('SET', KEYS[3], '1', 'PX', pttl)
 end
 return {0, fence, pttl, holder, name, 0}

@@ -3,7 +3,6 @@
 --
 -- KEYS[1]  lease key
 -- KEYS[2]  release channel     the lease key with ":released" (same hash slot)
--- KEYS[3]  waiters key         the lease key with ":waiters" (see acquire.lua), removed too
 -- ARGV[1]  sharded   "1" to announce with SPUBLISH (sharded pub/sub, Cluster), else PUBLISH
 --
 -- Deletes the lease key only: the fence counter stays, so the next grant's fence is higher
@@ -24,7 +23,7 @@ if not current then
   return {0}
 end
 local pttl = redis.call('PTTL', KEYS[1])
-redis.call('DEL', KEYS[1], KEYS[3])
+redis.call('DEL', KEYS[1])
 -- The grant is what comes before the first newline; the name follows the second.
 local grant, name = string.match(current, '^([^\n]*)\n%d*\n(.*)$')
 if not grant then

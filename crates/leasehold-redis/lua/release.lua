@@ -3,8 +3,6 @@
 --
 -- KEYS[1]  lease key
 -- KEYS[2]  release channel     the lease key with ":released" (same hash slot)
--- KEYS[3]  waiters key         the lease key with ":waiters": present if a waiting acquire
---                              was refused while the lease was held (acquire.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  operation id
 -- ARGV[3]  fence (decimal), or "" for whatever fence this attempt's grant carries (the
@@ -24,10 +22,8 @@
 -- by the attempt that released it (its reply lost), finds it by the fingerprint and answers
 -- {1} again, changing nothing.
 --
--- Otherwise the key is deleted, with its waiters key, and if that key was there (a waiting
--- acquire was refused while the lease was held) the fence is published on the release
--- channel, so that waiters retry at once; a release nobody waited for, and an expiry,
--- publish nothing. On a cluster the channel is a shard
+-- Otherwise the key is deleted and the fence is published on the release channel, so that
+-- waiters retry at once; an expiry publishes nothing. On a cluster the channel is a shard
 -- channel in the lease's slot, so SPUBLISH reaches the subscribers of this node only, with no
 -- broadcast over the cluster bus. An announcement the server refuses (an ACL without the
 -- channel) is skipped: waiters then fall back to the holder's TTL. Allowed under maxmemory
@@ -76,11 +72,7 @@ if hold_until ~= '' then
     return {1}
   end
 end
--- The waiters key goes with the lease. Only if it was there is the release announced: a
--- release nobody waits for costs no PUBLISH.
-if redis.call('DEL', KEYS[1], KEYS[3]) < 2 then
-  return {1}
-end
+redis.call('DEL', KEYS[1])
 -- The announcement is a hint that wakes waiters early. It must not turn a release that
 -- deleted the key into an error: an ACL that forbids the channel (Redis 7 gives a new user no
 -- channels) would make the reply say the release may not have happened.

@@ -119,7 +119,6 @@ impl RedisBackend {
         let call = BreakCall {
             lease_key: self.keys().lease_key(purpose, resource),
             release_channel: self.keys().release_channel(purpose, resource),
-            waiters_key: self.keys().waiters_key(purpose, resource),
             sharded: self.is_sharded(),
         };
         let outcome = match self.link().eval(&call, None).await {

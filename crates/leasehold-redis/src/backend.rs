@@ -157,7 +157,6 @@ impl RedisBackend {
         let lease_key = self.keys.lease_key(purpose, resource);
         let call = ReleaseCall {
             release_channel: KeyLayout::derived(&lease_key, ":released"),
-            waiters_key: KeyLayout::derived(&lease_key, ":waiters"),
             lease_key,
             owner_token: attempt.owner_token().expose_secret(),
             operation_id: attempt.operation().as_str(),
@@ -187,16 +186,12 @@ impl LeaseBackend for RedisBackend {
         let lease_key = self.keys.lease_key(request.purpose(), request.resource());
         let call = AcquireCall {
             fence_counter_key: KeyLayout::derived(&lease_key, ":fence"),
-            waiters_key: KeyLayout::derived(&lease_key, ":waiters"),
             lease_key,
             owner_token: attempt.owner_token().expose_secret(),
             operation_id: attempt.operation().as_str(),
             ttl_in_milliseconds: request.ttl_millis(),
             min_hold_in_milliseconds: request.min_hold_millis(),
             holder_name: request.holder_name().map_or("", |name| name.as_str()),
-            // A waiting acquire (a wait above zero) listens for the release: its refusal asks
-            // for the release to be announced.
-            waiting: !request.wait_timeout().is_zero(),
         };
         let gate = self.settings.replication();
         let reply = self.link.eval(&call, gate).await;

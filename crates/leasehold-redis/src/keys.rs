@@ -1,5 +1,4 @@
-//! Key layout: `{namespace}:lease:{version}:{purpose}:{{digest}}`, its `:fence` counter and,
-//! while a waiter is refused, its `:waiters` mark.
+//! Key layout: `{namespace}:lease:{version}:{purpose}:{{digest}}` and its `:fence` counter.
 //!
 //! The digest sits inside a hash tag, so the lease key and its fence counter always share a
 //! Cluster slot and one script can touch both. Only validated parts reach a key: the namespace
@@ -90,14 +89,6 @@ impl KeyLayout {
         let mut key = self.lease_key(purpose, resource);
         key.push_str(":record:");
         key.push_str(name.as_str());
-        key
-    }
-
-    /// Returns the key a waiting acquire sets while the lease is held, so that its release
-    /// is announced (same hash slot; it expires with the lease).
-    pub fn waiters_key(&self, purpose: &Purpose, resource: &ResourceDigest) -> String {
-        let mut key = self.lease_key(purpose, resource);
-        key.push_str(":waiters");
         key
     }
 

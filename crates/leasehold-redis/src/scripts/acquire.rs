@@ -10,17 +10,15 @@ use crate::decode::{self, UnexpectedReply};
 script_call! {
     /// Grants the lease to an attempt, replays the attempt's grant, or says who holds it.
     /// `min_hold_in_milliseconds` is 0 and `holder_name` is `""` for none: the stored value is
-    /// then exactly what it was before either option existed. `waiting` marks a contended
-    /// lease as waited for, so that its release is announced.
+    /// then exactly what it was before either option existed.
     struct AcquireCall<'a> runs "acquire" {
-        KEYS { lease_key, fence_counter_key, waiters_key }
+        KEYS { lease_key, fence_counter_key }
         ARGV {
             owner_token: &'a str,
             operation_id: &'a str,
             ttl_in_milliseconds: u64,
             min_hold_in_milliseconds: u64,
             holder_name: &'a str,
-            waiting: bool,
         }
     }
 }

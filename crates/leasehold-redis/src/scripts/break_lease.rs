@@ -9,7 +9,7 @@ script_call! {
     /// Deletes the lease key whoever holds it (the fence counter stays) and announces the
     /// removal on the release channel; `sharded` announces with `SPUBLISH` (Cluster).
     struct BreakCall runs "break" {
-        KEYS { lease_key, release_channel, waiters_key }
+        KEYS { lease_key, release_channel }
         ARGV { sharded: bool }
     }
 }

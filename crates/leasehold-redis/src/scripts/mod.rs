@@ -346,7 +346,6 @@ mod tests {
         let release = ReleaseCall {
             lease_key: "lk".to_owned(),
             release_channel: "ch".to_owned(),
-            waiters_key: "wk".to_owned(),
             owner_token: "tok",
             operation_id: "op",
             fence: None,
@@ -357,7 +356,7 @@ mod tests {
             eval[..2],
             [b"EVAL".to_vec(), ReleaseCall::script().source.into()]
         );
-        let sent: [&[u8]; 8] = [b"3", b"lk", b"ch", b"wk", b"tok", b"op", b"", b"1"];
+        let sent: [&[u8]; 7] = [b"2", b"lk", b"ch", b"tok", b"op", b"", b"1"];
         assert_eq!(eval[2..], sent.map(<[u8]>::to_vec));
 
         let renew = RenewCall {
@@ -378,17 +377,13 @@ mod tests {
         let acquire = AcquireCall {
             lease_key: "lk".to_owned(),
             fence_counter_key: "fk".to_owned(),
-            waiters_key: "wk".to_owned(),
             owner_token: "tok",
             operation_id: "op",
             ttl_in_milliseconds: 1500,
             min_hold_in_milliseconds: 0,
             holder_name: "",
-            waiting: true,
         };
-        let sent: [&[u8]; 10] = [
-            b"3", b"lk", b"fk", b"wk", b"tok", b"op", b"1500", b"0", b"", b"1",
-        ];
+        let sent: [&[u8]; 8] = [b"2", b"lk", b"fk", b"tok", b"op", b"1500", b"0", b""];
         assert_eq!(words(&acquire.evalsha())[2..], sent.map(<[u8]>::to_vec));
     }
 }

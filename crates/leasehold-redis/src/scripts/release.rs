@@ -7,12 +7,11 @@ use redis::Value;
 use crate::decode::{self, UnexpectedReply};
 
 script_call! {
-    /// Deletes exactly one grant and, if a waiter marked it, announces it on the release
-    /// channel. A `fence` of `None`
+    /// Deletes exactly one grant and announces it on the release channel. A `fence` of `None`
     /// releases the attempt's grant whatever its fence (the cleanup behind an unanswered
     /// acquire); `sharded` announces with `SPUBLISH` (Cluster).
     struct ReleaseCall<'a> runs "release" {
-        KEYS { lease_key, release_channel, waiters_key }
+        KEYS { lease_key, release_channel }
         ARGV {
             owner_token: &'a str,
             operation_id: &'a str,
