@@ -405,3 +405,45 @@ async fn a_campaign_with_a_ttl_the_watchdog_cannot_keep_is_refused_before_any_io
         "{refused:?}"
     );
 }
+
+/// An observer is told of a resignation by the release notice even when no candidate waits:
+/// nobody but the observer listens, and it never acquires.
+#[tokio::test]
+async fn an_observer_alone_sees_a_resignation_through_the_notice_not_the_ttl() {
+    let server = RedisServer::start();
+    let (leader_client, observer_client) = (client(&server), client(&server));
+    let ttl = Duration::from_secs(20);
+    let leading = election(&leader_client, ttl)
+        .candidate(name(0))
+        .campaign()
+        .await
+        .unwrap();
+    let mut watch = election(&observer_client, ttl).observe();
+    let now = watch.next().await.unwrap();
+    assert_eq!(now.map(|l| l.term), Some(leading.term()));
+    // Once the observer's subscription is in place (its first connection wakes every watch
+    // once, which must not be what tells it of the resignation), the leader resigns, while
+    // the observer waits for the next change.
+    let subscribed = || match server.cmd(&["PUBSUB", "CHANNELS", "*:released"]) {
+        test_support::Reply::Array(Some(items)) => !items.is_empty(),
+        _ => false,
+    };
+    until(
+        "the observer's subscription",
+        Duration::from_secs(10),
+        subscribed,
+    )
+    .await;
+    let next = tokio::spawn(async move { watch.next().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let resigned_at = Instant::now();
+    assert_eq!(leading.resign().await, ReleaseOutcome::Released);
+    let next = next.await.unwrap().unwrap();
+    assert_eq!(next, None, "nobody leads after the resignation");
+    // The TTL was 20 s: only the notice explains seeing it this soon.
+    assert!(
+        resigned_at.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        resigned_at.elapsed()
+    );
+}
