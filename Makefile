@@ -74,14 +74,17 @@ demo: redis
 	$(CARGO) build -p leasehold-cli
 	@$(CARGO) run -q -p leasehold-cli -- demo
 
-## bench: operation latency against raw redis-rs, hand-off latency against polling and rslock,
-## 10,000 kept leases for 60 s, leader take-over after resign and crash, and what metrics
+## bench: operation latency against raw redis-rs; the hot path side by side with the fenced
+## floor, SET NX and rslock; hand-off latency against polling and rslock; 10,000 kept leases
+## for 60 s and 200,000 for 20 s; leader take-over after resign and crash; and what metrics
 ## cost per lock and release, each on an ephemeral redis-server.
 bench: redis
 	$(CARGO) run -q --release -p leasehold-redis --example bench_ops
 	$(CARGO) run -q --release -p leasehold-redis --example hotpath_bench
 	$(CARGO) run -q --release -p leasehold-redis --example handoff
 	$(CARGO) run -q --release -p leasehold-redis --example keepalive_bench
+	LEASEHOLD_BENCH_LEASES=200000 LEASEHOLD_BENCH_SECS=20 \
+	  $(CARGO) run -q --release -p leasehold-redis --example keepalive_bench
 	$(CARGO) run -q --release -p leasehold-redis --example election_bench
 	$(CARGO) run -q --release -p leasehold-redis --example metrics_bench
 	$(CARGO) run -q --release -p leasehold-redis --features metrics --example metrics_bench

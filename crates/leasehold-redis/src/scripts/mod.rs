@@ -50,11 +50,16 @@ pub(crate) trait ScriptCall {
     /// Appends numkeys, the keys and the arguments, in the header's order.
     fn push_args(&self, cmd: &mut Cmd);
 
+    /// The bytes of the keys and arguments, closely: what a command buffer is sized for.
+    fn args_len(&self) -> usize;
+
     /// Returns the `EVALSHA` that runs this call.
     fn evalsha(&self) -> Cmd {
-        // Sized once for the command's arguments: a lease key, a token and a few numbers fit
-        // in it, so writing them does not reallocate on the hot path.
-        let mut cmd = Cmd::with_capacity(3 + Self::KEYS.len() + Self::ARGV.len(), 512);
+        // Sized once for the command's words, so that writing them does not reallocate on
+        // the hot path (and no larger, since many renewals may be in flight at once).
+        let words = 3 + Self::KEYS.len() + Self::ARGV.len();
+        let sha = Self::script().sha().len();
+        let mut cmd = Cmd::with_capacity(words, "EVALSHA".len() + sha + 2 + self.args_len());
         cmd.arg("EVALSHA");
         cmd.arg(Self::script().sha());
         self.push_args(&mut cmd);
@@ -77,11 +82,17 @@ pub(crate) trait ScriptCall {
 pub(crate) trait ScriptArg {
     /// Appends this value as one argument.
     fn push_to(&self, cmd: &mut Cmd);
+
+    /// How many bytes the argument takes, at most.
+    fn len_hint(&self) -> usize;
 }
 
 impl ScriptArg for &str {
     fn push_to(&self, cmd: &mut Cmd) {
         cmd.arg(*self);
+    }
+    fn len_hint(&self) -> usize {
+        self.len()
     }
 }
 
@@ -89,11 +100,17 @@ impl ScriptArg for &[u8] {
     fn push_to(&self, cmd: &mut Cmd) {
         cmd.arg(*self);
     }
+    fn len_hint(&self) -> usize {
+        self.len()
+    }
 }
 
 impl ScriptArg for u64 {
     fn push_to(&self, cmd: &mut Cmd) {
         cmd.arg(*self);
+    }
+    fn len_hint(&self) -> usize {
+        20
     }
 }
 
@@ -101,6 +118,9 @@ impl ScriptArg for u64 {
 impl ScriptArg for FenceToken {
     fn push_to(&self, cmd: &mut Cmd) {
         cmd.arg(self.get());
+    }
+    fn len_hint(&self) -> usize {
+        19
     }
 }
 
@@ -112,12 +132,18 @@ impl ScriptArg for Option<FenceToken> {
             None => cmd.arg(""),
         };
     }
+    fn len_hint(&self) -> usize {
+        19
+    }
 }
 
 /// A flag, as `"1"` or `"0"`.
 impl ScriptArg for bool {
     fn push_to(&self, cmd: &mut Cmd) {
         cmd.arg(if *self { "1" } else { "0" });
+    }
+    fn len_hint(&self) -> usize {
+        1
     }
 }
 
@@ -156,6 +182,11 @@ macro_rules! script_call {
                 cmd.arg(Self::KEYS.len());
                 $(cmd.arg(&self.$key);)+
                 $($crate::scripts::ScriptArg::push_to(&self.$arg, cmd);)+
+            }
+
+            fn args_len(&self) -> usize {
+                0 $(+ self.$key.len())+
+                    $(+ $crate::scripts::ScriptArg::len_hint(&self.$arg))+
             }
         }
     };
