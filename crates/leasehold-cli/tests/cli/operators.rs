@@ -196,3 +196,51 @@ fn break_without_yes_sends_nothing() {
     assert!(bad.stderr.contains("--digest"), "{bad:#?}");
     assert!(held.lease().fence().get() >= 1);
 }
+
+#[test]
+fn list_and_break_exit_paths() {
+    // Nothing listens: 69 for both, and break says it removed nothing it knows of.
+    for argv in [&["list"][..], &["break", "r", "--yes"][..]] {
+        let mut command = leasehold(&dead_url());
+        command.args(argv);
+        let done = run_to_end(command);
+        done.assert_code(69);
+        assert!(
+            done.stderr.contains("Redis unavailable"),
+            "{argv:?}: {done:#?}"
+        );
+    }
+    let server = RedisServer::start();
+    // A hash where the lease would be: 65, and it is left alone.
+    let key = lease_key("odd");
+    server.cmd(&["HSET", &key, "f", "v"]);
+    let mut command = leasehold(&server.url());
+    command.args(["break", "odd", "--yes"]);
+    let done = run_to_end(command);
+    done.assert_code(65);
+    assert!(done.stderr.contains("nothing was written"), "{done:#?}");
+    assert_eq!(
+        server.cmd(&["TYPE", &key]).as_string().as_deref(),
+        Some("hash")
+    );
+    // A bad purpose, from the flag or from the variable it came from: 2, named as given.
+    let mut command = leasehold(&server.url());
+    command.args(["list", "--purpose", "Bad"]);
+    let done = run_to_end(command);
+    done.assert_code(2);
+    assert!(done.stderr.contains("--purpose"), "{done:#?}");
+    let mut command = leasehold(&server.url());
+    command.env("LEASEHOLD_PURPOSE", "Bad").arg("list");
+    let done = run_to_end(command);
+    done.assert_code(2);
+    assert!(done.stderr.contains("LEASEHOLD_PURPOSE"), "{done:#?}");
+    // The variable filters like the flag.
+    let _held = Held::new(&server, "by-env", Duration::from_secs(30));
+    let mut command = leasehold(&server.url());
+    command
+        .env("LEASEHOLD_PURPOSE", "reports")
+        .args(["list", "--json"]);
+    let done = run_to_end(command);
+    done.assert_code(0);
+    assert_eq!(done.stdout.trim(), "[]", "{done:#?}");
+}
