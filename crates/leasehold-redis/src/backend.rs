@@ -16,7 +16,8 @@ use leasehold::{
 };
 
 use crate::link::{self, Link};
-use crate::scripts::{self, AcquireCall, InspectCall, ReleaseCall, RenewCall};
+use crate::renewals::{self, Renewals};
+use crate::scripts::{self, AcquireCall, InspectCall, ReleaseCall, RenewCall, RenewGrant};
 use crate::settings::{self, RedisSettings};
 use crate::{Error, KeyLayout, decode, notices};
 
@@ -27,7 +28,8 @@ pub type RedisLeases = LeaseClient<RedisBackend>;
 /// ([`open_cluster`](Self::open_cluster)) or a master found through Sentinel
 /// ([`open_sentinel`](Self::open_sentinel)).
 pub struct RedisBackend {
-    link: Link,
+    link: std::sync::Arc<Link>,
+    renewals: Renewals,
     notices: notices::Notices,
     keys: KeyLayout,
     settings: RedisSettings,
@@ -57,12 +59,13 @@ impl RedisBackend {
     ) -> Self {
         Self {
             sharded: matches!(connector, link::Connector::Cluster(_)),
-            link: Link::new(
+            link: std::sync::Arc::new(Link::new(
                 connector,
                 endpoint.clone(),
                 settings.connect_timeout(),
                 settings.max_in_flight(),
-            ),
+            )),
+            renewals: Renewals::default(),
             notices,
             keys: KeyLayout::new(&settings),
             settings,
@@ -112,13 +115,16 @@ impl RedisBackend {
 }
 
 /// Returns true if and only if no gate is set, or enough replicas confirmed.
-fn replicated(gate: Option<settings::ReplicationGate>, confirmed: Option<u32>) -> bool {
+pub(crate) fn replicated(gate: Option<settings::ReplicationGate>, confirmed: Option<u32>) -> bool {
     gate.is_none_or(|g| confirmed.unwrap_or(0) >= g.replicas())
 }
 
 /// A grant or renewal the primary applied that too few replicas confirmed: unknown, since a
 /// failover could still undo it.
-fn not_replicated(gate: Option<settings::ReplicationGate>, confirmed: Option<u32>) -> Failure {
+pub(crate) fn not_replicated(
+    gate: Option<settings::ReplicationGate>,
+    confirmed: Option<u32>,
+) -> Failure {
     let (wanted, within) = gate.map_or((0, std::time::Duration::ZERO), |g| {
         (g.replicas(), g.timeout())
     });
@@ -212,28 +218,33 @@ impl LeaseBackend for RedisBackend {
     }
 
     async fn renew(&self, grant: &Grant) -> RenewReply {
+        let lease_key = self.keys.lease_key(grant.purpose(), grant.resource());
+        let gate = self.settings.replication();
+        if !self.sharded {
+            // Sent with the renewals started with it, in one call (`renewals.rs`).
+            return self
+                .renewals
+                .renew(&self.link, gate, grant, lease_key)
+                .await;
+        }
+        // On a Cluster a call's keys must share a slot: one grant per call.
         let attempt = grant.attempt();
         let call = RenewCall {
-            lease_key: self.keys.lease_key(grant.purpose(), grant.resource()),
-            owner_token: attempt.owner_token().expose_secret(),
-            operation_id: attempt.operation().as_str(),
-            fence: grant.fence(),
-            ttl_in_milliseconds: grant.ttl_millis(),
+            grants: vec![RenewGrant {
+                lease_key,
+                owner_token: attempt.owner_token().expose_secret(),
+                operation_id: attempt.operation().as_str(),
+                fence: grant.fence(),
+                ttl_in_milliseconds: grant.ttl_millis(),
+            }],
         };
-        let gate = self.settings.replication();
-        let reply = self.link.eval(&call, gate).await;
-        match reply {
-            Ok((value, confirmed)) => match RenewCall::decode(&value) {
-                // The key's TTL was extended on the primary only: a failover now could bring
-                // back the old, shorter TTL, so the extension is not proven.
-                Ok(RenewReply::Renewed { .. }) if !replicated(gate, confirmed) => {
-                    RenewReply::Failed(not_replicated(gate, confirmed))
-                }
-                Ok(reply) => reply,
-                Err(e) => RenewReply::Failed(unreadable(e)),
-            },
-            Err(failure) => RenewReply::Failed(failure),
-        }
+        let mut replies = renewals::run(&self.link, gate, &call).await;
+        replies.pop().unwrap_or_else(|| {
+            RenewReply::Failed(unreadable(decode::unexpected_reply(
+                "renew",
+                &redis::Value::Nil,
+            )))
+        })
     }
 
     async fn release(&self, grant: &Grant) -> ReleaseReply {

@@ -24,7 +24,7 @@ pub(crate) struct UnexpectedReply {
     what: String,
 }
 
-fn unexpected(script: &'static str, value: &Value) -> UnexpectedReply {
+pub(crate) fn unexpected_reply(script: &'static str, value: &Value) -> UnexpectedReply {
     // Only the shape is described: a reply value could, in principle, hold a stored token.
     let what = match value {
         Value::Array(items) => format!("an array of {} items", items.len()),
@@ -125,7 +125,7 @@ fn released(value: Option<&Value>) -> bool {
 
 /// Decodes an `acquire.lua` reply.
 pub(crate) fn acquire(value: &Value, fallback: Duration) -> Result<AcquireReply, UnexpectedReply> {
-    let bad = || unexpected("acquire", value);
+    let bad = || unexpected_reply("acquire", value);
     let items = items(value).ok_or_else(bad)?;
     let status = int(items.first()).ok_or_else(bad)?;
     if status == -2 {
@@ -161,7 +161,7 @@ pub(crate) fn acquire(value: &Value, fallback: Duration) -> Result<AcquireReply,
 
 /// Decodes a `renew.lua` reply.
 pub(crate) fn renew(value: &Value) -> Result<RenewReply, UnexpectedReply> {
-    let bad = || unexpected("renew", value);
+    let bad = || unexpected_reply("renew", value);
     let items = items(value).ok_or_else(bad)?;
     match int(items.first()).ok_or_else(bad)? {
         1 => {
@@ -176,7 +176,7 @@ pub(crate) fn renew(value: &Value) -> Result<RenewReply, UnexpectedReply> {
 
 /// Decodes a `release.lua` reply.
 pub(crate) fn release(value: &Value) -> Result<ReleaseReply, UnexpectedReply> {
-    let bad = || unexpected("release", value);
+    let bad = || unexpected_reply("release", value);
     let items = items(value).ok_or_else(bad)?;
     match int(items.first()).ok_or_else(bad)? {
         1 => Ok(ReleaseReply::Released),
@@ -188,7 +188,7 @@ pub(crate) fn release(value: &Value) -> Result<ReleaseReply, UnexpectedReply> {
 
 /// Decodes an `inspect.lua` reply.
 pub(crate) fn inspect(value: &Value) -> Result<InspectOutcome, UnexpectedReply> {
-    let bad = || unexpected("inspect", value);
+    let bad = || unexpected_reply("inspect", value);
     let items = items(value).ok_or_else(bad)?;
     let status = int(items.first()).ok_or_else(bad)?;
     if status == 0 {
@@ -216,7 +216,7 @@ pub(crate) fn inspect(value: &Value) -> Result<InspectOutcome, UnexpectedReply> 
 /// The writer's value is never in a well-formed reply, and an error names the reply's shape
 /// only, so nothing here can repeat what was written.
 pub(crate) fn fenced_write(value: &Value) -> Result<FencedWrite, UnexpectedReply> {
-    let bad = || unexpected("fenced_write", value);
+    let bad = || unexpected_reply("fenced_write", value);
     let items = items(value).ok_or_else(bad)?;
     match int(items.first()).ok_or_else(bad)? {
         1 => Ok(FencedWrite::Written),

@@ -75,6 +75,7 @@ pub mod fenced;
 pub mod keys;
 mod link;
 mod notices;
+mod renewals;
 mod scripts;
 pub mod settings;
 mod telemetry;

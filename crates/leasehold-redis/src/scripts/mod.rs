@@ -204,7 +204,7 @@ pub(crate) use break_lease::BreakCall;
 pub(crate) use fenced_write::FencedWriteCall;
 pub(crate) use inspect::InspectCall;
 pub(crate) use release::ReleaseCall;
-pub(crate) use renew::RenewCall;
+pub(crate) use renew::{RenewCall, RenewGrant};
 
 /// Every script, for warm-up: the four lease scripts, the fenced write, then an operator's
 /// break.
@@ -266,6 +266,23 @@ mod tests {
     /// name (`fence_counter_key` names "fence counter key …"), and the code must read exactly
     /// the entries the header lists.
     fn mismatch(source: &str, table: &str, fields: &[&str]) -> Option<String> {
+        if let Some(named) = misnamed(source, table, fields) {
+            return Some(named);
+        }
+        let expected: Vec<usize> = (1..=fields.len()).collect();
+        let read = used(source, table);
+        if read != expected {
+            return Some(format!(
+                "the code reads {table} {read:?}, the header lists {expected:?}"
+            ));
+        }
+        None
+    }
+
+    /// The first half of [`mismatch`]: the header lists exactly the call's fields, in order,
+    /// each named as the field. For a script whose entries repeat per grant (`renew.lua`,
+    /// read by index arithmetic), this is the whole check.
+    fn misnamed(source: &str, table: &str, fields: &[&str]) -> Option<String> {
         let entries = header(source, table);
         let listed: Vec<usize> = entries.iter().map(|(n, _)| *n).collect();
         let expected: Vec<usize> = (1..=fields.len()).collect();
@@ -286,12 +303,6 @@ mod tests {
                 ));
             }
         }
-        let read = used(source, table);
-        if read != expected {
-            return Some(format!(
-                "the code reads {table} {read:?}, the header lists {expected:?}"
-            ));
-        }
         None
     }
 
@@ -304,10 +315,20 @@ mod tests {
         }
     }
 
+    /// [`check`] for a script whose keys and arguments repeat once per grant.
+    fn check_repeated<C: ScriptCall>() {
+        let script = C::script();
+        for (table, fields) in [("KEYS", C::KEYS), ("ARGV", C::ARGV)] {
+            if let Some(mismatch) = misnamed(script.source, table, fields) {
+                panic!("lua/{}.lua: {mismatch}", script.name);
+            }
+        }
+    }
+
     #[test]
     fn each_header_lists_its_calls_keys_and_arguments_in_order() {
         check::<AcquireCall<'_>>();
-        check::<RenewCall<'_>>();
+        check_repeated::<RenewCall<'_>>();
         check::<ReleaseCall<'_>>();
         check::<InspectCall<'_>>();
         check::<FencedWriteCall<'_>>();
@@ -390,12 +411,15 @@ mod tests {
         let sent: [&[u8]; 7] = [b"2", b"lk", b"ch", b"tok", b"op", b"", b"1"];
         assert_eq!(eval[2..], sent.map(<[u8]>::to_vec));
 
-        let renew = RenewCall {
-            lease_key: "lk".to_owned(),
+        let grant = |key: &str, fence| RenewGrant {
+            lease_key: key.to_owned(),
             owner_token: "tok",
             operation_id: "op",
-            fence: FenceToken::MAX,
+            fence,
             ttl_in_milliseconds: 1500,
+        };
+        let renew = RenewCall {
+            grants: vec![grant("lk", FenceToken::MAX)],
         };
         let evalsha = words(&renew.evalsha());
         assert_eq!(
@@ -404,6 +428,25 @@ mod tests {
         );
         let sent: [&[u8]; 6] = [b"1", b"lk", b"tok", b"op", b"9223372036854775807", b"1500"];
         assert_eq!(evalsha[2..], sent.map(<[u8]>::to_vec));
+        // Several grants: every key, then each grant's four arguments in turn.
+        let two = FenceToken::new(2).unwrap();
+        let batch = RenewCall {
+            grants: vec![grant("k1", FenceToken::MAX), grant("k2", two)],
+        };
+        let sent: [&[u8]; 11] = [
+            b"2",
+            b"k1",
+            b"k2",
+            b"tok",
+            b"op",
+            b"9223372036854775807",
+            b"1500",
+            b"tok",
+            b"op",
+            b"2",
+            b"1500",
+        ];
+        assert_eq!(words(&batch.evalsha())[2..], sent.map(<[u8]>::to_vec));
 
         let acquire = AcquireCall {
             lease_key: "lk".to_owned(),

@@ -1,0 +1,139 @@
+//! Renewals sent together: the renewals of many leases that come due at once go to the server
+//! as one run of `renew.lua`, up to [`MAX_BATCH`] grants each, instead of one command apiece.
+//!
+//! A renewal joins a queue. The one that finds the queue empty yields once, so that the others
+//! started in the same turn (the watchdog starts every due renewal before it waits) can join,
+//! then hands everything queued to a task of its own, which sends it and answers each
+//! renewal. Each renewal's outcome is its own, as if it had been sent alone: the script
+//! renews each grant on its own, a lost reply leaves every renewal of that call unknown, and a
+//! call never sent leaves each not applied. The handle read its clock before it called, so the
+//! time spent queued only shortens the validity it counts, never lengthens it. Nothing is
+//! sent later than it would have been: the queue waits for no timer.
+//!
+//! On a Cluster a script's keys must share a slot, so renewals there go one at a time.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use leasehold::backend::{Grant, RenewReply};
+use leasehold::{Failure, FenceToken, Indeterminate, IndeterminateCause};
+use tokio::sync::oneshot;
+
+use crate::backend::{not_replicated, replicated, unreadable};
+use crate::link::Link;
+use crate::scripts::{RenewCall, RenewGrant};
+use crate::settings::ReplicationGate;
+
+/// The most grants one call renews (Redisson renews up to 100 locks in one command).
+pub(crate) const MAX_BATCH: usize = 100;
+
+/// A renewal waiting to be sent. Holds the owner token: no `Debug`.
+struct Pending {
+    lease_key: String,
+    owner_token: String,
+    operation_id: String,
+    fence: FenceToken,
+    ttl_in_milliseconds: u64,
+    reply: oneshot::Sender<RenewReply>,
+}
+
+/// The queue of renewals not yet handed to a sender.
+#[derive(Default)]
+pub(crate) struct Renewals {
+    queue: Mutex<Vec<Pending>>,
+}
+
+impl Renewals {
+    /// Renews `grant` (its lease key `lease_key`), in one call with whatever other renewals
+    /// are started with it.
+    pub(crate) async fn renew(
+        &self,
+        link: &Arc<Link>,
+        gate: Option<ReplicationGate>,
+        grant: &Grant,
+        lease_key: String,
+    ) -> RenewReply {
+        let attempt = grant.attempt();
+        let (reply, answer) = oneshot::channel();
+        let leads = {
+            let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            queue.push(Pending {
+                lease_key,
+                owner_token: attempt.owner_token().expose_secret().to_owned(),
+                operation_id: attempt.operation().as_str().to_owned(),
+                fence: grant.fence(),
+                ttl_in_milliseconds: grant.ttl_millis(),
+                reply,
+            });
+            queue.len() == 1
+        };
+        if leads {
+            // Let the renewals started in this turn join the queue first.
+            tokio::task::yield_now().await;
+            let queued =
+                std::mem::take(&mut *self.queue.lock().unwrap_or_else(PoisonError::into_inner));
+            let mut queued = queued.into_iter().peekable();
+            while queued.peek().is_some() {
+                let batch: Vec<Pending> = queued.by_ref().take(MAX_BATCH).collect();
+                // A task of its own: a caller that stops waiting must not take the others'
+                // renewals down with it.
+                tokio::spawn(send(Arc::clone(link), gate, batch));
+            }
+        }
+        answer.await.unwrap_or_else(|_| {
+            // The sender went away (its runtime is shutting down): it may have been sent.
+            RenewReply::Failed(Failure::Indeterminate(Indeterminate::new(
+                IndeterminateCause::ConnectionLost,
+                "the batched renewal's sender stopped",
+            )))
+        })
+    }
+}
+
+/// Sends one batch and answers each of its renewals.
+async fn send(link: Arc<Link>, gate: Option<ReplicationGate>, batch: Vec<Pending>) {
+    let call = RenewCall {
+        grants: batch
+            .iter()
+            .map(|p| RenewGrant {
+                lease_key: p.lease_key.clone(),
+                owner_token: &p.owner_token,
+                operation_id: &p.operation_id,
+                fence: p.fence,
+                ttl_in_milliseconds: p.ttl_in_milliseconds,
+            })
+            .collect(),
+    };
+    let replies = run(&link, gate, &call).await;
+    drop(call);
+    for (pending, reply) in batch.into_iter().zip(replies) {
+        // A renewal whose caller stopped waiting has no one to tell.
+        let _ = pending.reply.send(reply);
+    }
+}
+
+/// Runs `call` and returns one reply per grant, in order: the script's, or the call's failure
+/// for each.
+pub(crate) async fn run(
+    link: &Link,
+    gate: Option<ReplicationGate>,
+    call: &RenewCall<'_>,
+) -> Vec<RenewReply> {
+    let every = |reply: RenewReply| vec![reply; call.grants.len()];
+    match link.eval(call, gate).await {
+        Ok((value, confirmed)) => match call.decode(&value) {
+            Ok(replies) => replies
+                .into_iter()
+                .map(|reply| match reply {
+                    // The key's TTL was extended on the primary only: a failover now could
+                    // bring back the old, shorter TTL, so the extension is not proven.
+                    RenewReply::Renewed { .. } if !replicated(gate, confirmed) => {
+                        RenewReply::Failed(not_replicated(gate, confirmed))
+                    }
+                    reply => reply,
+                })
+                .collect(),
+            Err(e) => every(RenewReply::Failed(unreadable(e))),
+        },
+        Err(failure) => every(RenewReply::Failed(failure)),
+    }
+}
