@@ -231,7 +231,7 @@ impl LeaseBackend for RedisBackend {
         let attempt = grant.attempt();
         let call = RenewCall {
             grants: vec![RenewGrant {
-                lease_key,
+                lease_key: &lease_key,
                 owner_token: attempt.owner_token().expose_secret(),
                 operation_id: attempt.operation().as_str(),
                 fence: grant.fence(),

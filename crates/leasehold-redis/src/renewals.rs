@@ -95,7 +95,7 @@ async fn send(link: Arc<Link>, gate: Option<ReplicationGate>, batch: Vec<Pending
         grants: batch
             .iter()
             .map(|p| RenewGrant {
-                lease_key: p.lease_key.clone(),
+                lease_key: &p.lease_key,
                 owner_token: &p.owner_token,
                 operation_id: &p.operation_id,
                 fence: p.fence,

@@ -411,8 +411,8 @@ mod tests {
         let sent: [&[u8]; 7] = [b"2", b"lk", b"ch", b"tok", b"op", b"", b"1"];
         assert_eq!(eval[2..], sent.map(<[u8]>::to_vec));
 
-        let grant = |key: &str, fence| RenewGrant {
-            lease_key: key.to_owned(),
+        let grant = |key, fence| RenewGrant {
+            lease_key: key,
             owner_token: "tok",
             operation_id: "op",
             fence,

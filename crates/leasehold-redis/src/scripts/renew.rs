@@ -14,7 +14,7 @@ use crate::decode::{self, UnexpectedReply};
 
 /// One grant to renew. Holds the owner token: no `Debug`.
 pub(crate) struct RenewGrant<'a> {
-    pub(crate) lease_key: String,
+    pub(crate) lease_key: &'a str,
     pub(crate) owner_token: &'a str,
     pub(crate) operation_id: &'a str,
     pub(crate) fence: FenceToken,
@@ -44,7 +44,7 @@ impl ScriptCall for RenewCall<'_> {
     fn push_args(&self, cmd: &mut Cmd) {
         cmd.arg(self.grants.len());
         for grant in &self.grants {
-            cmd.arg(&grant.lease_key);
+            cmd.arg(grant.lease_key);
         }
         for grant in &self.grants {
             grant.owner_token.push_to(cmd);
