@@ -1,15 +1,13 @@
 //! An operator's commands: `leasehold list` (the leases held in a namespace) and `leasehold
 //! break` (remove a stuck one, its fence counter kept).
 
-use std::io::Write as _;
-
 use leasehold_redis::leasehold::LeaseView;
 use leasehold_redis::{Error, ListedLease, ListedState};
 use serde_json::json;
 
 use crate::config::{BreakConfig, ListConfig, Named};
 use crate::exit;
-use crate::inspect::{json_fields, parts};
+use crate::inspect::{answer, json_fields, parts};
 
 /// Runs `leasehold list` and returns its exit code.
 pub(crate) async fn list(config: ListConfig) -> u8 {
@@ -34,7 +32,7 @@ pub(crate) async fn list(config: ListConfig) -> u8 {
     } else {
         table(&leases)
     };
-    print(&text)
+    answer(&text)
 }
 
 /// Runs `leasehold break` and returns its exit code.
@@ -73,7 +71,7 @@ pub(crate) async fn break_lease(config: BreakConfig) -> u8 {
             Some(view) => removed_sentence(&resource_name, &purpose.to_string(), view),
         }
     };
-    print(&text)
+    answer(&text)
 }
 
 /// What `break` says it removed.
@@ -173,17 +171,6 @@ fn failed(e: &Error, shown: &str, what: &str) -> u8 {
         other => eprintln!("leasehold: could not {what} at {shown}: {other}"),
     }
     exit::UNAVAILABLE
-}
-
-fn print(text: &str) -> u8 {
-    match writeln!(std::io::stdout(), "{text}") {
-        Ok(()) => 0,
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::BROKEN_PIPE,
-        Err(e) => {
-            eprintln!("leasehold: cannot write the answer: {e}");
-            exit::FAILURE
-        }
-    }
 }
 
 #[cfg(test)]

@@ -52,7 +52,13 @@ pub(crate) async fn inspect(config: InspectConfig) -> u8 {
             describe(view.as_ref())
         )
     };
-    match writeln!(std::io::stdout(), "{line}") {
+    answer(&line)
+}
+
+/// Writes a command's answer on stdout and returns the exit code: 0, or what a closed or
+/// failing stdout calls for. Shared by `inspect`, `list` and `break`.
+pub(crate) fn answer(text: &str) -> u8 {
+    match writeln!(std::io::stdout(), "{text}") {
         Ok(()) => 0,
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::BROKEN_PIPE,
         Err(e) => {
