@@ -6,10 +6,14 @@
 -- ARGV[1]  owner token         Base64URL, never contains ':'
 -- ARGV[2]  operation id        printable ASCII, may contain ':'
 -- ARGV[3]  TTL in milliseconds positive integer
--- ARGV[4]  min hold in milliseconds, "0" for none: the key stays at least this long after
---          the grant, whatever its holder does (release.lua keeps it, renew.lua never
---          shortens it)
--- ARGV[5]  holder name, "" for none: UTF-8 without control characters, so never a newline
+-- ARGV[4]  min hold in milliseconds, "0" or absent for none: the key stays at least this
+--          long after the grant, whatever its holder does (release.lua keeps it, renew.lua
+--          never shortens it)
+-- ARGV[5]  holder name, "" or absent for none: UTF-8 without control characters, so never a
+--          newline
+--
+-- The last two are optional, and a lease with neither is sent without them: every argument
+-- costs the server a string made in Lua.
 --
 -- The stored value is "<fence>:<owner token>:<operation id>" when there is neither a hold
 -- nor a holder name, byte for byte as before both existed. Otherwise it is
@@ -40,8 +44,10 @@
 -- Replies (fence is a decimal string, pttl an integer; holder is the first 16 hex digits of
 -- SHA-1 of the holder's token, or "" when the stored value is not ours; name is the holder
 -- name or ""; released is 1 for a key kept after release until its hold ends, else 0):
---   {1, fence, pttl}          granted: the key was absent; the counter was moved to the fence;
---                             pttl is max(TTL, min hold)
+--   fence                     granted: the key was absent; the counter was moved to the fence,
+--                             and the key's TTL set to max(TTL, min hold). The fence alone, a
+--                             bulk string: the common reply is not a table, which costs the
+--                             server more to hand back than the rest of the grant's Lua
 --   {2, fence, pttl}          replay: this attempt already holds it; the TTL is NOT extended
 --                             and pttl is the key's current remaining time
 --   {3, fence, pttl, holder, name, 0}
@@ -106,20 +112,21 @@ if not current then
   local value = fence .. ':' .. ARGV[1] .. ':' .. ARGV[2]
   -- Strings, not Lua numbers, go to SET: a number would be formatted by Redis.
   local px = ARGV[3]
-  if ARGV[4] ~= '0' or ARGV[5] ~= '' then
+  local hold, name = ARGV[4] or '0', ARGV[5] or ''
+  if hold ~= '0' or name ~= '' then
     local hold_until = ''
-    if ARGV[4] ~= '0' then
+    if hold ~= '0' then
       -- Microseconds are below 2^53 until the year 2255, so a double holds them exactly.
       local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-      hold_until = string.format('%.0f', now_us + tonumber(ARGV[4]) * 1000)
-      if tonumber(ARGV[4]) > tonumber(ARGV[3]) then
-        px = ARGV[4]
+      hold_until = string.format('%.0f', now_us + tonumber(hold) * 1000)
+      if tonumber(hold) > tonumber(ARGV[3]) then
+        px = hold
       end
     end
-    value = value .. '\n' .. hold_until .. '\n' .. ARGV[5]
+    value = value .. '\n' .. hold_until .. '\n' .. name
   end
   redis.call('SET', KEYS[1], value, 'PX', px)
-  return {1, fence, tonumber(px)}
+  return fence
 end
 local pttl = redis.call('PTTL', KEYS[1])
 -- The grant is what comes before the first newline; the name follows the second.

@@ -7,7 +7,8 @@
 -- ARGV[2]  operation id
 -- ARGV[3]  fence (decimal), or "" for whatever fence this attempt's grant carries (the
 --          cleanup after an acquire whose reply was lost)
--- ARGV[4]  sharded   "1" to announce with SPUBLISH (sharded pub/sub, Cluster), else PUBLISH
+-- ARGV[4]  sharded             "1" to announce with SPUBLISH (sharded pub/sub, Cluster);
+--                              "0" or absent for PUBLISH
 --
 -- Releases only the exact grant "<fence>:<owner token>:<operation id>", which is the stored
 -- value up to its first newline (acquire.lua describes both forms of the value). The fence
@@ -20,7 +21,7 @@
 -- of the acquire finds it), but the key keeps everyone out until the hold ends. Nothing is
 -- published then: a waiter woken now would only be contended. Releasing that record again,
 -- by the attempt that released it (its reply lost), finds it by the fingerprint and answers
--- {1} again, changing nothing.
+-- 1 again, changing nothing.
 --
 -- Otherwise the key is deleted and the fence is published on the release channel, so that
 -- waiters retry at once; an expiry publishes nothing. On a cluster the channel is a shard
@@ -29,23 +30,27 @@
 -- channel) is skipped: waiters then fall back to the holder's TTL. Allowed under maxmemory
 -- (allow-oom).
 --
--- Replies:
---   {1}    released: the key was deleted and the release published, or the grant was
+-- Replies, integers (not tables, which cost the server more to hand back):
+--   1      released: the key was deleted and the release published, or the grant was
 --          turned into a record kept until its hold ends
---   {0}    absent: nothing to delete
---   {-1}   another grant, or a value of another type, holds the key; it was left alone
+--   0      absent: nothing to delete
+--   -1     another grant, or a value of another type, holds the key; it was left alone
 local MAX_HOLD_MS = 86400000
 
 local current = redis.pcall('GET', KEYS[1])
 if type(current) == 'table' then
-  return {-1}
+  return -1
 end
 if not current then
-  return {0}
+  return 0
 end
-local grant, hold_until, name = string.match(current, '^([^\n]*)\n(%d*)\n(.*)$')
-if not grant then
-  grant, hold_until, name = current, '', ''
+-- Most values have no newline (neither a hold nor a name): no pattern is matched for them.
+local grant, hold_until, name = current, '', ''
+if string.find(current, '\n', 1, true) then
+  grant, hold_until, name = string.match(current, '^([^\n]*)\n(%d*)\n(.*)$')
+  if not grant then
+    grant, hold_until, name = current, '', ''
+  end
 end
 local fence = ARGV[3]
 if fence == '' then
@@ -57,9 +62,9 @@ local function holder()
 end
 if grant ~= fence .. ':' .. ARGV[1] .. ':' .. ARGV[2] then
   if hold_until ~= '' and grant == fence .. ':~' .. holder() .. ':' .. ARGV[2] then
-    return {1}
+    return 1
   end
-  return {-1}
+  return -1
 end
 if hold_until ~= '' then
   local time = redis.call('TIME')
@@ -69,7 +74,7 @@ if hold_until ~= '' then
   if left > 0 then
     local record = fence .. ':~' .. holder() .. ':' .. ARGV[2] .. '\n' .. hold_until .. '\n' .. name
     redis.call('SET', KEYS[1], record, 'PX', string.format('%d', left))
-    return {1}
+    return 1
   end
 end
 redis.call('DEL', KEYS[1])
@@ -81,4 +86,4 @@ if ARGV[4] == '1' then
 else
   redis.pcall('PUBLISH', KEYS[2], fence)
 end
-return {1}
+return 1

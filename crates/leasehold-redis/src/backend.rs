@@ -203,7 +203,12 @@ impl LeaseBackend for RedisBackend {
         let reply = self.link.eval(&call, gate).await;
         match reply {
             Ok((value, confirmed)) => {
-                match AcquireCall::decode(&value, self.settings.retry_after_fallback()) {
+                // What the script sets on a grant: the TTL, or the minimum hold if longer.
+                let granted_ttl = std::time::Duration::from_millis(
+                    request.ttl_millis().max(request.min_hold_millis()),
+                );
+                match AcquireCall::decode(&value, granted_ttl, self.settings.retry_after_fallback())
+                {
                     Ok(AcquireReply::Granted(_) | AcquireReply::Replayed(_))
                         if !replicated(gate, confirmed) =>
                     {

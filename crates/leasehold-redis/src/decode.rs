@@ -123,9 +123,19 @@ fn released(value: Option<&Value>) -> bool {
     int(value) == Some(1)
 }
 
-/// Decodes an `acquire.lua` reply.
-pub(crate) fn acquire(value: &Value, fallback: Duration) -> Result<AcquireReply, UnexpectedReply> {
+/// Decodes an `acquire.lua` reply. A grant is the fence alone, and the key's TTL is the one
+/// the script set, `granted_ttl` (the request's TTL, or its minimum hold if longer); a
+/// holder's key without a TTL gets `fallback`.
+pub(crate) fn acquire(
+    value: &Value,
+    granted_ttl: Duration,
+    fallback: Duration,
+) -> Result<AcquireReply, UnexpectedReply> {
     let bad = || unexpected_reply("acquire", value);
+    if let Value::BulkString(_) = value {
+        let fence = fence(Some(value)).ok_or_else(bad)?;
+        return Ok(AcquireReply::Granted(GrantReply::new(fence, granted_ttl)));
+    }
     let items = items(value).ok_or_else(bad)?;
     let status = int(items.first()).ok_or_else(bad)?;
     if status == -2 {
@@ -151,7 +161,6 @@ pub(crate) fn acquire(value: &Value, fallback: Duration) -> Result<AcquireReply,
         .with_released(released(items.get(5)))
     };
     match status {
-        1 => Ok(AcquireReply::Granted(grant()?)),
         2 => Ok(AcquireReply::Replayed(grant()?)),
         3 => Ok(AcquireReply::OwnerOperationConflict(contention())),
         0 => Ok(AcquireReply::Contended(contention())),
@@ -174,11 +183,10 @@ pub(crate) fn renew(value: &Value) -> Result<RenewReply, UnexpectedReply> {
     }
 }
 
-/// Decodes a `release.lua` reply.
+/// Decodes a `release.lua` reply: an integer.
 pub(crate) fn release(value: &Value) -> Result<ReleaseReply, UnexpectedReply> {
     let bad = || unexpected_reply("release", value);
-    let items = items(value).ok_or_else(bad)?;
-    match int(items.first()).ok_or_else(bad)? {
+    match int(Some(value)).ok_or_else(bad)? {
         1 => Ok(ReleaseReply::Released),
         0 => Ok(ReleaseReply::AlreadyGone),
         -1 => Ok(ReleaseReply::NotOwner),
@@ -242,13 +250,11 @@ mod tests {
     }
 
     const FALLBACK: Duration = Duration::from_millis(50);
+    const TTL: Duration = Duration::from_millis(2000);
 
     #[test]
     fn acquire_replies_decode() {
-        let granted = acquire(
-            &arr(vec![Value::Int(1), Value::Int(7), Value::Int(2000)]),
-            FALLBACK,
-        );
+        let granted = acquire(&bulk("7"), Duration::from_secs(2), FALLBACK);
         assert_eq!(
             granted,
             Ok(AcquireReply::Granted(GrantReply::new(
@@ -258,6 +264,7 @@ mod tests {
         );
         let replayed = acquire(
             &arr(vec![Value::Int(2), Value::Int(7), Value::Int(480)]),
+            TTL,
             FALLBACK,
         );
         assert_eq!(
@@ -275,6 +282,7 @@ mod tests {
                 Value::Int(1234),
                 bulk(fp),
             ]),
+            TTL,
             FALLBACK,
         ) {
             Ok(AcquireReply::Contended(c)) => {
@@ -287,6 +295,7 @@ mod tests {
         // No TTL on the holder's key: the configured fallback.
         match acquire(
             &arr(vec![Value::Int(3), Value::Int(9), Value::Int(-1), bulk(fp)]),
+            TTL,
             FALLBACK,
         ) {
             Ok(AcquireReply::OwnerOperationConflict(c)) => assert_eq!(c.retry_after, FALLBACK),
@@ -306,6 +315,7 @@ mod tests {
                 bulk("host-3:4711"),
                 Value::Int(1),
             ]),
+            TTL,
             FALLBACK,
         ) {
             Ok(AcquireReply::Contended(c)) => {
@@ -327,6 +337,7 @@ mod tests {
                     bulk(name),
                     Value::Int(flag),
                 ]),
+                TTL,
                 FALLBACK,
             ) {
                 Ok(AcquireReply::Contended(c)) => {
@@ -359,6 +370,7 @@ mod tests {
     fn a_replay_without_ttl_grants_nothing() {
         match acquire(
             &arr(vec![Value::Int(2), Value::Int(3), Value::Int(-1)]),
+            TTL,
             FALLBACK,
         ) {
             Ok(AcquireReply::Replayed(g)) => assert_eq!(g.server_ttl, Duration::ZERO),
@@ -371,17 +383,23 @@ mod tests {
         let cases = vec![
             Value::Nil,
             Value::Int(1),
-            bulk("1"),
+            bulk("0"),
+            bulk("-5"),
+            bulk("+5"),
+            bulk("9223372036854775808"),
+            bulk(""),
             arr(vec![]),
             arr(vec![Value::Int(1)]),
-            arr(vec![Value::Int(1), Value::Int(0), Value::Int(10)]),
-            arr(vec![Value::Int(1), Value::Int(-5), Value::Int(10)]),
+            // The grant's reply before it was the fence alone.
+            arr(vec![Value::Int(1), Value::Int(7), Value::Int(10)]),
+            arr(vec![Value::Int(2), Value::Int(0), Value::Int(10)]),
+            arr(vec![Value::Int(2), Value::Int(-5), Value::Int(10)]),
             arr(vec![Value::Int(9), Value::Int(1), Value::Int(10)]),
             arr(vec![bulk("1"), Value::Int(1), Value::Int(10)]),
             arr(vec![Value::Int(1), Value::Nil, Value::Int(10)]),
         ];
         for v in &cases {
-            assert!(acquire(v, FALLBACK).is_err(), "acquire {v:?}");
+            assert!(acquire(v, TTL, FALLBACK).is_err(), "acquire {v:?}");
         }
         for v in [
             Value::Nil,
@@ -394,6 +412,10 @@ mod tests {
         }
         for v in [Value::Nil, arr(vec![]), arr(vec![Value::Int(7)])] {
             assert!(inspect(&v).is_err(), "inspect {v:?}");
+            assert!(release(&v).is_err(), "release {v:?}");
+        }
+        // Release answers an integer, never a table (what it answered before).
+        for v in [Value::Int(7), arr(vec![Value::Int(1)]), bulk("1")] {
             assert!(release(&v).is_err(), "release {v:?}");
         }
     }
@@ -414,18 +436,9 @@ mod tests {
             renew(&arr(vec![Value::Int(-1)])),
             Ok(RenewReply::Lost(LossCause::OtherHolder))
         );
-        assert_eq!(
-            release(&arr(vec![Value::Int(1)])),
-            Ok(ReleaseReply::Released)
-        );
-        assert_eq!(
-            release(&arr(vec![Value::Int(0)])),
-            Ok(ReleaseReply::AlreadyGone)
-        );
-        assert_eq!(
-            release(&arr(vec![Value::Int(-1)])),
-            Ok(ReleaseReply::NotOwner)
-        );
+        assert_eq!(release(&Value::Int(1)), Ok(ReleaseReply::Released));
+        assert_eq!(release(&Value::Int(0)), Ok(ReleaseReply::AlreadyGone));
+        assert_eq!(release(&Value::Int(-1)), Ok(ReleaseReply::NotOwner));
         assert_eq!(inspect(&arr(vec![Value::Int(0)])), Ok(InspectOutcome::Free));
         match inspect(&arr(vec![
             Value::Int(1),
@@ -558,7 +571,7 @@ mod tests {
         /// value it may carry.
         #[test]
         fn no_reply_makes_a_decoder_panic(reply in any_reply()) {
-            let _ = acquire(&reply, FALLBACK);
+            let _ = acquire(&reply, TTL, FALLBACK);
             let _ = renew(&reply);
             let _ = release(&reply);
             let _ = inspect(&reply);

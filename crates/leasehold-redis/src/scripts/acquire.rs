@@ -17,6 +17,8 @@ script_call! {
             owner_token: &'a str,
             operation_id: &'a str,
             ttl_in_milliseconds: u64,
+        }
+        OPTIONAL {
             min_hold_in_milliseconds: u64,
             holder_name: &'a str,
         }
@@ -24,11 +26,13 @@ script_call! {
 }
 
 impl AcquireCall<'_> {
-    /// Decodes the script's reply; a holder's key without a TTL gets `retry_after_fallback`.
+    /// Decodes the script's reply: a grant has the TTL the script set, `granted_ttl`; a
+    /// holder's key without a TTL gets `retry_after_fallback`.
     pub(crate) fn decode(
         value: &Value,
+        granted_ttl: Duration,
         retry_after_fallback: Duration,
     ) -> Result<AcquireReply, UnexpectedReply> {
-        decode::acquire(value, retry_after_fallback)
+        decode::acquire(value, granted_ttl, retry_after_fallback)
     }
 }

@@ -85,6 +85,10 @@ pub(crate) trait ScriptArg {
 
     /// How many bytes the argument takes, at most.
     fn len_hint(&self) -> usize;
+
+    /// Whether this is the value a script reads a missing optional argument as (`0`, `""`,
+    /// `false`, `None`). Only a call's `OPTIONAL` arguments are ever left out for it.
+    fn is_default(&self) -> bool;
 }
 
 impl ScriptArg for &str {
@@ -93,6 +97,9 @@ impl ScriptArg for &str {
     }
     fn len_hint(&self) -> usize {
         self.len()
+    }
+    fn is_default(&self) -> bool {
+        self.is_empty()
     }
 }
 
@@ -103,6 +110,9 @@ impl ScriptArg for &[u8] {
     fn len_hint(&self) -> usize {
         self.len()
     }
+    fn is_default(&self) -> bool {
+        self.is_empty()
+    }
 }
 
 impl ScriptArg for u64 {
@@ -111,6 +121,9 @@ impl ScriptArg for u64 {
     }
     fn len_hint(&self) -> usize {
         20
+    }
+    fn is_default(&self) -> bool {
+        *self == 0
     }
 }
 
@@ -121,6 +134,9 @@ impl ScriptArg for FenceToken {
     }
     fn len_hint(&self) -> usize {
         19
+    }
+    fn is_default(&self) -> bool {
+        false
     }
 }
 
@@ -135,6 +151,9 @@ impl ScriptArg for Option<FenceToken> {
     fn len_hint(&self) -> usize {
         19
     }
+    fn is_default(&self) -> bool {
+        self.is_none()
+    }
 }
 
 /// A flag, as `"1"` or `"0"`.
@@ -145,27 +164,38 @@ impl ScriptArg for bool {
     fn len_hint(&self) -> usize {
         1
     }
+    fn is_default(&self) -> bool {
+        !*self
+    }
 }
 
 /// Declares the call struct of `lua/<file>.lua`: its keys (owned strings) and arguments, in
 /// the header's order and named as the header names them, and its [`ScriptCall`] impl.
+///
+/// `OPTIONAL` arguments follow the others in ARGV, and are sent only up to the last one that
+/// is not its default ([`ScriptArg::is_default`]); the script reads a missing one as that
+/// default. A lease with neither a hold nor a holder name then sends two arguments fewer, and
+/// each argument costs the server a string made in Lua.
 macro_rules! script_call {
     (
         $(#[$doc:meta])*
         struct $name:ident $(<$lt:lifetime>)? runs $file:literal {
             KEYS { $($key:ident),+ $(,)? }
             ARGV { $($arg:ident: $ty:ty),+ $(,)? }
+            $(OPTIONAL { $($opt:ident: $opt_ty:ty),+ $(,)? })?
         }
     ) => {
         $(#[$doc])*
         pub(crate) struct $name $(<$lt>)? {
             $(pub(crate) $key: String,)+
             $(pub(crate) $arg: $ty,)+
+            $($(pub(crate) $opt: $opt_ty,)+)?
         }
 
         impl<$($lt)?> $crate::scripts::ScriptCall for $name<$($lt)?> {
             const KEYS: &'static [&'static str] = &[$(stringify!($key)),+];
-            const ARGV: &'static [&'static str] = &[$(stringify!($arg)),+];
+            const ARGV: &'static [&'static str] =
+                &[$(stringify!($arg),)+ $($(stringify!($opt),)+)?];
 
             fn script() -> &'static $crate::scripts::LeaseScript {
                 static SCRIPT: std::sync::LazyLock<$crate::scripts::LeaseScript> =
@@ -182,11 +212,22 @@ macro_rules! script_call {
                 cmd.arg(Self::KEYS.len());
                 $(cmd.arg(&self.$key);)+
                 $($crate::scripts::ScriptArg::push_to(&self.$arg, cmd);)+
+                $(
+                    let optional: &[&dyn $crate::scripts::ScriptArg] = &[$(&self.$opt),+];
+                    let sent = optional
+                        .iter()
+                        .rposition(|arg| !arg.is_default())
+                        .map_or(0, |last| last + 1);
+                    for arg in &optional[..sent] {
+                        arg.push_to(cmd);
+                    }
+                )?
             }
 
             fn args_len(&self) -> usize {
                 0 $(+ self.$key.len())+
                     $(+ $crate::scripts::ScriptArg::len_hint(&self.$arg))+
+                    $($(+ $crate::scripts::ScriptArg::len_hint(&self.$opt))+)?
             }
         }
     };
@@ -457,7 +498,30 @@ mod tests {
             min_hold_in_milliseconds: 0,
             holder_name: "",
         };
-        let sent: [&[u8]; 8] = [b"2", b"lk", b"fk", b"tok", b"op", b"1500", b"0", b""];
+        // Neither a hold nor a name: the two optional arguments are left out.
+        let sent: [&[u8]; 6] = [b"2", b"lk", b"fk", b"tok", b"op", b"1500"];
         assert_eq!(words(&acquire.evalsha())[2..], sent.map(<[u8]>::to_vec));
+        // A name without a hold: the hold is sent as its default, to keep the name's place.
+        let named = AcquireCall {
+            holder_name: "web-1",
+            ..acquire
+        };
+        let sent: [&[u8]; 8] = [b"2", b"lk", b"fk", b"tok", b"op", b"1500", b"0", b"web-1"];
+        assert_eq!(words(&named.evalsha())[2..], sent.map(<[u8]>::to_vec));
+        let held = AcquireCall {
+            min_hold_in_milliseconds: 60_000,
+            holder_name: "",
+            ..named
+        };
+        let sent: [&[u8]; 7] = [b"2", b"lk", b"fk", b"tok", b"op", b"1500", b"60000"];
+        assert_eq!(words(&held.evalsha())[2..], sent.map(<[u8]>::to_vec));
+        // Not sharded: the flag is left out, and PUBLISH is the script's default.
+        let unsharded = ReleaseCall {
+            sharded: false,
+            fence: FenceToken::new(5),
+            ..release
+        };
+        let sent: [&[u8]; 6] = [b"2", b"lk", b"ch", b"tok", b"op", b"5"];
+        assert_eq!(words(&unsharded.evalsha())[2..], sent.map(<[u8]>::to_vec));
     }
 }

@@ -16,6 +16,8 @@ script_call! {
             owner_token: &'a str,
             operation_id: &'a str,
             fence: Option<FenceToken>,
+        }
+        OPTIONAL {
             sharded: bool,
         }
     }
