@@ -8,10 +8,10 @@
 //! - **SET NX floor**: an unfenced lock, `SET NX PX` and the same compare-and-delete;
 //! - **rslock**: the `rslock` crate (Redlock on one server), which does no fencing.
 //!
-//! One task (latency p50 / p99, µs) and 64 tasks on distinct resources (cycles per second),
-//! each measured in rounds that rotate the order of the four, so that drift on a loaded
-//! machine hits all of them alike; medians of the rounds, and ratios to the fenced floor and
-//! to rslock. Prints figures; asserts nothing about them.
+//! One task (latency p50 / p99, µs, over 8,000 cycles each, in blocks of 100 that take turns)
+//! and 64 tasks on distinct resources (cycles per second, in rounds that rotate the order of
+//! the four), so that drift on a loaded machine hits all of them alike; ratios to the fenced
+//! floor and to rslock. Prints figures; asserts nothing about them.
 //!
 //! `HOTPATH_PROFILE=leasehold` (or another lock's name) runs only that lock's 64-task load for
 //! 10 s instead, to profile it (`perf record -g`).
@@ -29,7 +29,11 @@ use test_support::RedisServer;
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const ROUNDS: usize = 3;
-const ONE_TASK_CYCLES: usize = 4_000;
+/// One task's cycles per lock: [`ONE_TASK_BLOCKS`] blocks of [`ONE_TASK_BLOCK`], the four
+/// locks' blocks taking turns, so that drift over the run (a p50 of about 200 µs on an idle
+/// machine is mostly wake-ups, and they vary) hits all four alike.
+const ONE_TASK_BLOCKS: usize = 80;
+const ONE_TASK_BLOCK: usize = 100;
 const TASKS: usize = 64;
 const WINDOW: Duration = Duration::from_secs(2);
 const TTL_MS: u64 = 10_000;
@@ -179,15 +183,24 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// One round of one task: per-cycle latencies, µs.
-async fn one_task(bench: &Bench, lock: Lock) -> Res<Histogram<u64>> {
-    let mut h = Histogram::<u64>::new_with_bounds(1, 10_000_000, 3)?;
-    for _ in 0..ONE_TASK_CYCLES {
-        let t = Instant::now();
-        bench.cycle(lock, 0).await?;
-        h.record(micros(t.elapsed()))?;
+/// One task's latencies per cycle, µs, one histogram per lock: the locks take turns, a block
+/// of cycles each, the first lock of each turn rotating.
+async fn one_task(bench: &Bench) -> Res<Vec<Histogram<u64>>> {
+    let mut histograms = Vec::with_capacity(LOCKS.len());
+    for _ in LOCKS {
+        histograms.push(Histogram::<u64>::new_with_bounds(1, 10_000_000, 3)?);
     }
-    Ok(h)
+    for block in 0..ONE_TASK_BLOCKS {
+        for k in 0..LOCKS.len() {
+            let i = (k + block) % LOCKS.len();
+            for _ in 0..ONE_TASK_BLOCK {
+                let t = Instant::now();
+                bench.cycle(LOCKS[i], 0).await?;
+                histograms[i].record(micros(t.elapsed()))?;
+            }
+        }
+    }
+    Ok(histograms)
 }
 
 /// CPU time a process has used (user + system), from `/proc/<pid>/stat`.
@@ -294,18 +307,19 @@ async fn main() -> Res<()> {
         println!("{stats}");
         return Ok(());
     }
-    let mut p50 = vec![Vec::new(); LOCKS.len()];
-    let mut p99 = vec![Vec::new(); LOCKS.len()];
+    let latencies = one_task(&bench).await?;
+    let p50: Vec<f64> = latencies
+        .iter()
+        .map(|h| h.value_at_quantile(0.50) as f64)
+        .collect();
+    let p99: Vec<f64> = latencies
+        .iter()
+        .map(|h| h.value_at_quantile(0.99) as f64)
+        .collect();
     let mut rate = vec![Vec::new(); LOCKS.len()];
     let mut server_us = vec![Vec::new(); LOCKS.len()];
     let mut client_us = vec![Vec::new(); LOCKS.len()];
     for round in 0..ROUNDS {
-        for k in 0..LOCKS.len() {
-            let i = (k + round) % LOCKS.len();
-            let h = one_task(&bench, LOCKS[i]).await?;
-            p50[i].push(h.value_at_quantile(0.50) as f64);
-            p99[i].push(h.value_at_quantile(0.99) as f64);
-        }
         for k in 0..LOCKS.len() {
             let i = (k + round) % LOCKS.len();
             let load = many_tasks(&bench, LOCKS[i]).await?;
@@ -314,8 +328,6 @@ async fn main() -> Res<()> {
             client_us[i].push(load.client_us);
         }
     }
-    let p50: Vec<f64> = p50.into_iter().map(median).collect();
-    let p99: Vec<f64> = p99.into_iter().map(median).collect();
     let rate: Vec<f64> = rate.into_iter().map(median).collect();
     let server_us: Vec<f64> = server_us.into_iter().map(median).collect();
     let client_us: Vec<f64> = client_us.into_iter().map(median).collect();
@@ -323,8 +335,9 @@ async fn main() -> Res<()> {
     let rs = 3; // index of rslock
 
     println!(
-        "hot path: acquire + release, one redis-server on loopback, medians of {ROUNDS} \
-         interleaved rounds"
+        "hot path: acquire + release, one redis-server on loopback; 1 task: {} cycles each in \
+         blocks of {ONE_TASK_BLOCK} taking turns; 64 tasks: medians of {ROUNDS} rotated rounds",
+        ONE_TASK_BLOCKS * ONE_TASK_BLOCK
     );
     println!(
         "{:<14} {:>8} {:>8} {:>9} {:>9}   {:>10} {:>9} {:>9}",
