@@ -10,24 +10,31 @@ use std::time::Duration;
 
 /// A reading of a [`Clock`]: time since that clock's arbitrary origin.
 ///
-/// Readings are only comparable with readings of the same clock.
+/// Readings are only comparable with readings of the same clock. Kept in whole nanoseconds
+/// (8 bytes, not a `Duration`'s 16: every lease handle holds three), which reach 584 years
+/// past the origin; later readings, and sums beyond that, saturate there: as good as never.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct MonotonicInstant(Duration);
+pub struct MonotonicInstant(u64);
 
 impl MonotonicInstant {
     /// Makes a reading `since_origin` after the clock's origin.
     pub const fn from_origin(since_origin: Duration) -> Self {
-        Self(since_origin)
+        let nanos = since_origin.as_nanos();
+        Self(if nanos > u64::MAX as u128 {
+            u64::MAX
+        } else {
+            nanos as u64
+        })
     }
 
     /// Returns the time since the clock's origin.
     pub const fn since_origin(self) -> Duration {
-        self.0
+        Duration::from_nanos(self.0)
     }
 
     /// Returns how long after `earlier` this reading is, or zero if it is not after it.
     pub fn saturating_duration_since(self, earlier: Self) -> Duration {
-        self.0.saturating_sub(earlier.0)
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
 }
 
@@ -36,7 +43,7 @@ impl Add<Duration> for MonotonicInstant {
 
     /// Saturates instead of overflowing: an instant centuries away is as good as never.
     fn add(self, rhs: Duration) -> Self {
-        Self(self.0.saturating_add(rhs))
+        Self(self.0.saturating_add(Self::from_origin(rhs).0))
     }
 }
 
@@ -61,7 +68,7 @@ impl Clock for BootClock {
         // CLOCK_BOOTTIME never reports a negative time; clamp rather than trust that.
         let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
         let nanos = u32::try_from(ts.tv_nsec).unwrap_or(0);
-        MonotonicInstant(Duration::new(secs, nanos))
+        MonotonicInstant::from_origin(Duration::new(secs, nanos))
     }
 }
 
@@ -71,7 +78,7 @@ impl Clock for BootClock {
         use std::sync::LazyLock;
         use std::time::Instant;
         static ORIGIN: LazyLock<Instant> = LazyLock::new(Instant::now);
-        MonotonicInstant(ORIGIN.elapsed())
+        MonotonicInstant::from_origin(ORIGIN.elapsed())
     }
 }
 
@@ -103,7 +110,9 @@ impl Default for TokioClock {
 
 impl Clock for TokioClock {
     fn now(&self) -> MonotonicInstant {
-        MonotonicInstant(tokio::time::Instant::now().saturating_duration_since(self.origin))
+        MonotonicInstant::from_origin(
+            tokio::time::Instant::now().saturating_duration_since(self.origin),
+        )
     }
 }
 
@@ -155,6 +164,21 @@ mod tests {
         let b = BootClock.now();
         assert!(b >= a);
         assert!(a.since_origin() > Duration::ZERO);
+    }
+
+    #[test]
+    fn an_instant_is_eight_bytes_and_saturates_in_order() {
+        assert_eq!(std::mem::size_of::<MonotonicInstant>(), 8);
+        let start = MonotonicInstant::from_origin(Duration::from_secs(100));
+        let later = start + Duration::from_nanos(1);
+        assert_eq!(later.saturating_duration_since(start), Duration::from_nanos(1));
+        assert_eq!(start.saturating_duration_since(later), Duration::ZERO);
+        // Beyond 584 years: saturated, never wrapped to an instant before the others.
+        let never = start + Duration::MAX;
+        assert!(never > later);
+        assert_eq!(never, MonotonicInstant::from_origin(Duration::MAX));
+        assert_eq!(never + Duration::from_secs(1), never);
+        assert_eq!(never.since_origin(), Duration::from_nanos(u64::MAX));
     }
 
     #[test]
