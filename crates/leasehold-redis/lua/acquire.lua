@@ -3,17 +3,19 @@
 --
 -- KEYS[1]  lease key           {ns}:lease:{ver}:{purpose}:{{digest}}
 -- KEYS[2]  fence counter key   the same with ":fence" (same hash slot; no TTL, never deleted)
--- ARGV[1]  owner token         Base64URL, never contains ':'
--- ARGV[2]  operation id        printable ASCII, may contain ':'
--- ARGV[3]  TTL in milliseconds positive integer
--- ARGV[4]  min hold in milliseconds, "0" or absent for none: the key stays at least this
+-- ARGV[1]  attempt             "<owner token>:<operation id>": the token is Base64URL and
+--                              never contains ':', so the first ':' ends it; the operation id
+--                              is printable ASCII and may contain ':'
+-- ARGV[2]  TTL in milliseconds positive integer
+-- ARGV[3]  min hold in milliseconds, "0" or absent for none: the key stays at least this
 --          long after the grant, whatever its holder does (release.lua keeps it, renew.lua
 --          never shortens it)
--- ARGV[5]  holder name, "" or absent for none: UTF-8 without control characters, so never a
+-- ARGV[4]  holder name, "" or absent for none: UTF-8 without control characters, so never a
 --          newline
 --
 -- The last two are optional, and a lease with neither is sent without them: every argument
--- costs the server a string made in Lua.
+-- costs the server a string made in Lua (and the attempt is one argument, not two, for the
+-- same reason).
 --
 -- The stored value is "<fence>:<owner token>:<operation id>" when there is neither a hold
 -- nor a holder name, byte for byte as before both existed. Otherwise it is
@@ -109,17 +111,17 @@ if not current then
     fence = succ(counter)
     redis.call('SET', KEYS[2], fence)
   end
-  local value = fence .. ':' .. ARGV[1] .. ':' .. ARGV[2]
+  local value = fence .. ':' .. ARGV[1]
   -- Strings, not Lua numbers, go to SET: a number would be formatted by Redis.
-  local px = ARGV[3]
-  local hold, name = ARGV[4] or '0', ARGV[5] or ''
+  local px = ARGV[2]
+  local hold, name = ARGV[3] or '0', ARGV[4] or ''
   if hold ~= '0' or name ~= '' then
     local hold_until = ''
     if hold ~= '0' then
       -- Microseconds are below 2^53 until the year 2255, so a double holds them exactly.
       local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
       hold_until = string.format('%.0f', now_us + tonumber(hold) * 1000)
-      if tonumber(hold) > tonumber(ARGV[3]) then
+      if tonumber(hold) > tonumber(ARGV[2]) then
         px = hold
       end
     end
@@ -143,10 +145,10 @@ if string.sub(token, 1, 1) == '~' then
   return {0, fence, pttl, string.sub(token, 2), name, 1}
 end
 local holder = string.sub(redis.sha1hex(token), 1, 16)
-if token == ARGV[1] then
-  if operation == ARGV[2] then
-    return {2, fence, pttl}
-  end
+if token .. ':' .. operation == ARGV[1] then
+  return {2, fence, pttl}
+end
+if token == string.match(ARGV[1], '^[^:]*') then
   return {3, fence, pttl, holder, name, 0}
 end
 return {0, fence, pttl, holder, name, 0}

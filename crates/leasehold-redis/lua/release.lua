@@ -3,16 +3,16 @@
 --
 -- KEYS[1]  lease key
 -- KEYS[2]  release channel     the lease key with ":released" (same hash slot)
--- ARGV[1]  owner token
--- ARGV[2]  operation id
--- ARGV[3]  fence (decimal), or "" for whatever fence this attempt's grant carries (the
---          cleanup after an acquire whose reply was lost)
--- ARGV[4]  sharded             "1" to announce with SPUBLISH (sharded pub/sub, Cluster);
+-- ARGV[1]  grant               "<fence>:<owner token>:<operation id>", or
+--                              ":<owner token>:<operation id>" for whatever fence this
+--                              attempt's grant carries (the cleanup after an acquire whose
+--                              reply was lost); one argument, not three: each costs the server
+--                              a string made in Lua
+-- ARGV[2]  sharded             "1" to announce with SPUBLISH (sharded pub/sub, Cluster);
 --                              "0" or absent for PUBLISH
 --
--- Releases only the exact grant "<fence>:<owner token>:<operation id>", which is the stored
--- value up to its first newline (acquire.lua describes both forms of the value). The fence
--- counter is never deleted.
+-- Releases only the exact grant, which is the stored value up to its first newline
+-- (acquire.lua describes both forms of the value). The fence counter is never deleted.
 --
 -- A grant whose minimum hold has not ended is not deleted: the value is rewritten with the
 -- owner token replaced by "~" and the token's holder fingerprint (16 hex digits), keeping the
@@ -52,16 +52,18 @@ if string.find(current, '\n', 1, true) then
     grant, hold_until, name = current, '', ''
   end
 end
-local fence = ARGV[3]
-if fence == '' then
-  fence = string.match(grant, '^(%d+):') or ''
+local wanted = ARGV[1]
+if string.byte(wanted, 1) == 58 then
+  -- ':': whatever fence the stored grant carries.
+  wanted = (string.match(grant, '^(%d+):') or '') .. wanted
 end
--- The token's fingerprint is needed only for a grant with a minimum hold: computed then.
-local function holder()
-  return string.sub(redis.sha1hex(ARGV[1]), 1, 16)
+-- The token and the operation are needed only for a grant with a minimum hold: read then.
+local function record()
+  local fence, token, operation = string.match(wanted, '^(%d*):([^:]*):(.*)$')
+  return fence .. ':~' .. string.sub(redis.sha1hex(token), 1, 16) .. ':' .. operation
 end
-if grant ~= fence .. ':' .. ARGV[1] .. ':' .. ARGV[2] then
-  if hold_until ~= '' and grant == fence .. ':~' .. holder() .. ':' .. ARGV[2] then
+if grant ~= wanted then
+  if hold_until ~= '' and grant == record() then
     return 1
   end
   return -1
@@ -72,16 +74,17 @@ if hold_until ~= '' then
   -- Bounded by the longest hold a request may ask for, should the clock have stepped back.
   local left = math.min(math.ceil((tonumber(hold_until) - now_us) / 1000), MAX_HOLD_MS)
   if left > 0 then
-    local record = fence .. ':~' .. holder() .. ':' .. ARGV[2] .. '\n' .. hold_until .. '\n' .. name
-    redis.call('SET', KEYS[1], record, 'PX', string.format('%d', left))
+    redis.call('SET', KEYS[1], record() .. '\n' .. hold_until .. '\n' .. name, 'PX',
+      string.format('%d', left))
     return 1
   end
 end
 redis.call('DEL', KEYS[1])
+local fence = string.match(grant, '^%d+')
 -- The announcement is a hint that wakes waiters early. It must not turn a release that
 -- deleted the key into an error: an ACL that forbids the channel (Redis 7 gives a new user no
 -- channels) would make the reply say the release may not have happened.
-if ARGV[4] == '1' then
+if ARGV[2] == '1' then
   redis.pcall('SPUBLISH', KEYS[2], fence)
 else
   redis.pcall('PUBLISH', KEYS[2], fence)

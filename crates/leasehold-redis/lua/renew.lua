@@ -2,16 +2,13 @@
 -- leasehold renew, key layout v1: one grant, or several in one call.
 --
 -- KEYS[1]  lease key           of the first grant; KEYS[i] is the i-th grant's
--- ARGV[1]  owner token         of the first grant; ARGV[4(i-1)+1] is the i-th grant's, and
---                              so on for the three below
--- ARGV[2]  operation id
--- ARGV[3]  fence (decimal)
--- ARGV[4]  TTL in milliseconds (positive integer): the grant's TTL, set again
+-- ARGV[1]  grant               of the first grant, "<fence>:<owner token>:<operation id>";
+--                              ARGV[2(i-1)+1] is the i-th grant's, ARGV[2(i-1)+2] its TTL
+-- ARGV[2]  TTL in milliseconds (positive integer): the grant's TTL, set again
 --
--- Renews only the exact grant "<fence>:<owner token>:<operation id>", which is the stored
--- value up to its first newline (acquire.lua describes both forms of the value): a lease that
--- lapsed and was granted again (a new fence) is never extended by its old holder, nor is a
--- grant released before its minimum hold ended. A lease key of another type (a hash, a list)
+-- Renews only the exact grant, which is the stored value up to its first newline (acquire.lua
+-- describes both forms of the value): a lease that lapsed and was granted again (a new fence)
+-- is never extended by its old holder, nor is a grant released before its minimum hold ended. A lease key of another type (a hash, a list)
 -- is not this grant either. Each grant is renewed on its own, as if by a call of its own: one
 -- that is gone does not keep the others from being renewed. On a Cluster every key of a call
 -- must share a slot, so a call there renews one grant.
@@ -20,26 +17,31 @@
 -- millisecond): a renewal never lets the key go before its hold ends.
 -- Allowed under maxmemory (allow-oom): PEXPIRE does not grow memory.
 --
--- Replies: one per grant, in KEYS order, each
---   {1, ttl}   renewed: PEXPIRE set the TTL (ttl is what it set)
---   {0}        absent
---   {-1}       another grant, or a value of another type, holds the key
+-- Replies: one integer per grant, in KEYS order (integers, not tables, which cost the server
+-- more to hand back, a hundred of them in a batch), each
+--   ttl        renewed: PEXPIRE set the TTL, a positive number of milliseconds
+--   0          absent
+--   -1         another grant, or a value of another type, holds the key
 local MAX_HOLD_MS = 86400000
 
-local function renew(key, token, operation, fence, ttl)
+local function renew(key, wanted, ttl)
   local current = redis.pcall('GET', key)
   if type(current) == 'table' then
-    return {-1}
+    return -1
   end
   if not current then
-    return {0}
+    return 0
   end
-  local grant, hold_until = string.match(current, '^([^\n]*)\n(%d*)\n')
-  if not grant then
-    grant, hold_until = current, ''
+  -- Most values have no newline (neither a hold nor a name): no pattern is matched for them.
+  local grant, hold_until = current, ''
+  if string.find(current, '\n', 1, true) then
+    grant, hold_until = string.match(current, '^([^\n]*)\n(%d*)\n')
+    if not grant then
+      grant, hold_until = current, ''
+    end
   end
-  if grant ~= fence .. ':' .. token .. ':' .. operation then
-    return {-1}
+  if grant ~= wanted then
+    return -1
   end
   if hold_until ~= '' then
     local time = redis.call('TIME')
@@ -51,12 +53,12 @@ local function renew(key, token, operation, fence, ttl)
     end
   end
   redis.call('PEXPIRE', key, ttl)
-  return {1, tonumber(ttl)}
+  return tonumber(ttl)
 end
 
 local replies = {}
 for i = 1, #KEYS do
-  local a = 4 * (i - 1)
-  replies[i] = renew(KEYS[i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
+  local a = 2 * (i - 1)
+  replies[i] = renew(KEYS[i], ARGV[a + 1], ARGV[a + 2])
 end
 return replies

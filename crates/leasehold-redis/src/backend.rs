@@ -17,7 +17,9 @@ use leasehold::{
 
 use crate::link::{self, Link};
 use crate::renewals::{self, Renewals};
-use crate::scripts::{self, AcquireCall, InspectCall, ReleaseCall, RenewCall, RenewGrant};
+use crate::scripts::{
+    self, AcquireCall, AttemptArg, GrantArg, InspectCall, ReleaseCall, RenewCall, RenewGrant,
+};
 use crate::settings::{self, RedisSettings};
 use crate::{Error, KeyLayout, decode, notices};
 
@@ -164,9 +166,10 @@ impl RedisBackend {
         let call = ReleaseCall {
             release_channel: KeyLayout::derived(&lease_key, ":released"),
             lease_key,
-            owner_token: attempt.owner_token().expose_secret(),
-            operation_id: attempt.operation().as_str(),
-            fence,
+            grant: GrantArg {
+                fence,
+                attempt: AttemptArg::of(attempt),
+            },
             sharded: self.sharded,
         };
         let reply = match fence {
@@ -193,8 +196,7 @@ impl LeaseBackend for RedisBackend {
         let call = AcquireCall {
             fence_counter_key: KeyLayout::derived(&lease_key, ":fence"),
             lease_key,
-            owner_token: attempt.owner_token().expose_secret(),
-            operation_id: attempt.operation().as_str(),
+            attempt: AttemptArg::of(attempt),
             ttl_in_milliseconds: request.ttl_millis(),
             min_hold_in_milliseconds: request.min_hold_millis(),
             holder_name: request.holder_name().map_or("", |name| name.as_str()),
@@ -237,9 +239,10 @@ impl LeaseBackend for RedisBackend {
         let call = RenewCall {
             grants: vec![RenewGrant {
                 lease_key: &lease_key,
-                owner_token: attempt.owner_token().expose_secret(),
-                operation_id: attempt.operation().as_str(),
-                fence: grant.fence(),
+                grant: GrantArg {
+                    fence: Some(grant.fence()),
+                    attempt: AttemptArg::of(attempt),
+                },
                 ttl_in_milliseconds: grant.ttl_millis(),
             }],
         };

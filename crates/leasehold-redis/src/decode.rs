@@ -168,18 +168,16 @@ pub(crate) fn acquire(
     }
 }
 
-/// Decodes a `renew.lua` reply.
+/// Decodes one grant's `renew.lua` reply: the TTL it set (milliseconds, positive), 0 or -1.
 pub(crate) fn renew(value: &Value) -> Result<RenewReply, UnexpectedReply> {
     let bad = || unexpected_reply("renew", value);
-    let items = items(value).ok_or_else(bad)?;
-    match int(items.first()).ok_or_else(bad)? {
-        1 => {
-            let ttl = int(items.get(1)).and_then(pttl).ok_or_else(bad)?;
-            Ok(RenewReply::Renewed { server_ttl: ttl })
-        }
+    match int(Some(value)).ok_or_else(bad)? {
         0 => Ok(RenewReply::Lost(LossCause::Absent)),
         -1 => Ok(RenewReply::Lost(LossCause::OtherHolder)),
-        _ => Err(bad()),
+        ttl => {
+            let ttl = pttl(ttl).ok_or_else(bad)?;
+            Ok(RenewReply::Renewed { server_ttl: ttl })
+        }
     }
 }
 
@@ -401,12 +399,15 @@ mod tests {
         for v in &cases {
             assert!(acquire(v, TTL, FALLBACK).is_err(), "acquire {v:?}");
         }
+        // Renew answers an integer per grant: a table (what it answered before), a negative
+        // TTL or a string is no reply it gives.
         for v in [
             Value::Nil,
             arr(vec![]),
-            arr(vec![Value::Int(1)]),
-            arr(vec![Value::Int(1), Value::Int(0)]),
-            arr(vec![Value::Int(5)]),
+            arr(vec![Value::Int(1), Value::Int(3000)]),
+            arr(vec![Value::Int(0)]),
+            Value::Int(-2),
+            bulk("3000"),
         ] {
             assert!(renew(&v).is_err(), "renew {v:?}");
         }
@@ -423,17 +424,17 @@ mod tests {
     #[test]
     fn renew_release_and_inspect_replies_decode() {
         assert_eq!(
-            renew(&arr(vec![Value::Int(1), Value::Int(3000)])),
+            renew(&Value::Int(3000)),
             Ok(RenewReply::Renewed {
                 server_ttl: Duration::from_secs(3)
             })
         );
         assert_eq!(
-            renew(&arr(vec![Value::Int(0)])),
+            renew(&Value::Int(0)),
             Ok(RenewReply::Lost(LossCause::Absent))
         );
         assert_eq!(
-            renew(&arr(vec![Value::Int(-1)])),
+            renew(&Value::Int(-1)),
             Ok(RenewReply::Lost(LossCause::OtherHolder))
         );
         assert_eq!(release(&Value::Int(1)), Ok(ReleaseReply::Released));

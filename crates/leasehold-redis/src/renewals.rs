@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 
 use crate::backend::{not_replicated, replicated, unreadable};
 use crate::link::Link;
-use crate::scripts::{RenewCall, RenewGrant};
+use crate::scripts::{AttemptArg, GrantArg, RenewCall, RenewGrant};
 use crate::settings::ReplicationGate;
 
 /// The most grants one call renews (Redisson renews up to 100 locks in one command).
@@ -96,9 +96,13 @@ async fn send(link: Arc<Link>, gate: Option<ReplicationGate>, batch: Vec<Pending
             .iter()
             .map(|p| RenewGrant {
                 lease_key: &p.lease_key,
-                owner_token: &p.owner_token,
-                operation_id: &p.operation_id,
-                fence: p.fence,
+                grant: GrantArg {
+                    fence: Some(p.fence),
+                    attempt: AttemptArg {
+                        owner_token: &p.owner_token,
+                        operation_id: &p.operation_id,
+                    },
+                },
                 ttl_in_milliseconds: p.ttl_in_milliseconds,
             })
             .collect(),

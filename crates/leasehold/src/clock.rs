@@ -171,7 +171,10 @@ mod tests {
         assert_eq!(std::mem::size_of::<MonotonicInstant>(), 8);
         let start = MonotonicInstant::from_origin(Duration::from_secs(100));
         let later = start + Duration::from_nanos(1);
-        assert_eq!(later.saturating_duration_since(start), Duration::from_nanos(1));
+        assert_eq!(
+            later.saturating_duration_since(start),
+            Duration::from_nanos(1)
+        );
         assert_eq!(start.saturating_duration_since(later), Duration::ZERO);
         // Beyond 584 years: saturated, never wrapped to an instant before the others.
         let never = start + Duration::MAX;

@@ -5,6 +5,7 @@ use std::time::Duration;
 use leasehold::backend::AcquireReply;
 use redis::Value;
 
+use super::AttemptArg;
 use crate::decode::{self, UnexpectedReply};
 
 script_call! {
@@ -14,8 +15,7 @@ script_call! {
     struct AcquireCall<'a> runs "acquire" {
         KEYS { lease_key, fence_counter_key }
         ARGV {
-            owner_token: &'a str,
-            operation_id: &'a str,
+            attempt: AttemptArg<'a>,
             ttl_in_milliseconds: u64,
         }
         OPTIONAL {

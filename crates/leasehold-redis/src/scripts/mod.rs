@@ -11,6 +11,8 @@
 //! A call holds the owner token and, for a fenced write, the caller's data: it has no `Debug`,
 //! so that neither can end up in a log.
 
+use std::io::Write as _;
+
 use leasehold::FenceToken;
 use redis::Cmd;
 
@@ -140,19 +142,69 @@ impl ScriptArg for FenceToken {
     }
 }
 
-/// A fence, or `""` for "whatever fence the grant carries" (`release.lua`'s cleanup).
-impl ScriptArg for Option<FenceToken> {
+/// An attempt as the scripts take it, in one argument: `<owner token>:<operation id>`.
+///
+/// One argument, not two: each costs the server a string made in Lua. The token is Base64URL
+/// and never holds `:`, so the first `:` ends it. It holds the owner token: no `Debug`.
+#[derive(Clone, Copy)]
+pub(crate) struct AttemptArg<'a> {
+    pub(crate) owner_token: &'a str,
+    pub(crate) operation_id: &'a str,
+}
+
+impl<'a> AttemptArg<'a> {
+    /// The argument for `attempt`.
+    pub(crate) fn of(attempt: &'a leasehold::Attempt) -> Self {
+        Self {
+            owner_token: attempt.owner_token().expose_secret(),
+            operation_id: attempt.operation().as_str(),
+        }
+    }
+
+    fn write(&self, to: &mut impl std::io::Write) {
+        // Writing into a command's buffer cannot fail.
+        let _ = to.write_all(self.owner_token.as_bytes());
+        let _ = to.write_all(b":");
+        let _ = to.write_all(self.operation_id.as_bytes());
+    }
+}
+
+impl ScriptArg for AttemptArg<'_> {
     fn push_to(&self, cmd: &mut Cmd) {
-        match self {
-            Some(fence) => cmd.arg(fence.get()),
-            None => cmd.arg(""),
-        };
+        self.write(&mut redis::RedisWrite::writer_for_next_arg(cmd));
     }
     fn len_hint(&self) -> usize {
-        19
+        self.owner_token.len() + 1 + self.operation_id.len()
     }
     fn is_default(&self) -> bool {
-        self.is_none()
+        false
+    }
+}
+
+/// A grant as the scripts take it, in one argument: `<fence>:<owner token>:<operation id>`,
+/// exactly the grant at the start of the stored value; with no fence (`None`),
+/// `:<owner token>:<operation id>`, whatever fence the attempt's grant carries. No `Debug`.
+#[derive(Clone, Copy)]
+pub(crate) struct GrantArg<'a> {
+    pub(crate) fence: Option<FenceToken>,
+    pub(crate) attempt: AttemptArg<'a>,
+}
+
+impl ScriptArg for GrantArg<'_> {
+    fn push_to(&self, cmd: &mut Cmd) {
+        let mut arg = redis::RedisWrite::writer_for_next_arg(cmd);
+        if let Some(fence) = self.fence {
+            // Writing into a command's buffer cannot fail.
+            let _ = write!(arg, "{}", fence.get());
+        }
+        let _ = arg.write_all(b":");
+        self.attempt.write(&mut arg);
+    }
+    fn len_hint(&self) -> usize {
+        20 + self.attempt.len_hint()
+    }
+    fn is_default(&self) -> bool {
+        false
     }
 }
 
@@ -436,12 +488,17 @@ mod tests {
 
     #[test]
     fn the_invocation_is_numkeys_keys_then_arguments() {
+        let attempt = AttemptArg {
+            owner_token: "tok",
+            operation_id: "op:1",
+        };
         let release = ReleaseCall {
             lease_key: "lk".to_owned(),
             release_channel: "ch".to_owned(),
-            owner_token: "tok",
-            operation_id: "op",
-            fence: None,
+            grant: GrantArg {
+                fence: None,
+                attempt,
+            },
             sharded: true,
         };
         let eval = words(&release.eval());
@@ -449,14 +506,27 @@ mod tests {
             eval[..2],
             [b"EVAL".to_vec(), ReleaseCall::script().source.into()]
         );
-        let sent: [&[u8]; 7] = [b"2", b"lk", b"ch", b"tok", b"op", b"", b"1"];
+        // No fence: the grant opens with ':', whatever fence the attempt's grant carries.
+        let sent: [&[u8]; 5] = [b"2", b"lk", b"ch", b":tok:op:1", b"1"];
         assert_eq!(eval[2..], sent.map(<[u8]>::to_vec));
+        // Not sharded: the flag is left out, and PUBLISH is the script's default.
+        let unsharded = ReleaseCall {
+            sharded: false,
+            grant: GrantArg {
+                fence: FenceToken::new(5),
+                attempt,
+            },
+            ..release
+        };
+        let sent: [&[u8]; 4] = [b"2", b"lk", b"ch", b"5:tok:op:1"];
+        assert_eq!(words(&unsharded.evalsha())[2..], sent.map(<[u8]>::to_vec));
 
         let grant = |key, fence| RenewGrant {
             lease_key: key,
-            owner_token: "tok",
-            operation_id: "op",
-            fence,
+            grant: GrantArg {
+                fence: Some(fence),
+                attempt,
+            },
             ttl_in_milliseconds: 1500,
         };
         let renew = RenewCall {
@@ -467,24 +537,20 @@ mod tests {
             evalsha[..2],
             [b"EVALSHA".to_vec(), RenewCall::script().sha().into()]
         );
-        let sent: [&[u8]; 6] = [b"1", b"lk", b"tok", b"op", b"9223372036854775807", b"1500"];
+        let sent: [&[u8]; 4] = [b"1", b"lk", b"9223372036854775807:tok:op:1", b"1500"];
         assert_eq!(evalsha[2..], sent.map(<[u8]>::to_vec));
-        // Several grants: every key, then each grant's four arguments in turn.
+        // Several grants: every key, then each grant and its TTL in turn.
         let two = FenceToken::new(2).unwrap();
         let batch = RenewCall {
             grants: vec![grant("k1", FenceToken::MAX), grant("k2", two)],
         };
-        let sent: [&[u8]; 11] = [
+        let sent: [&[u8]; 7] = [
             b"2",
             b"k1",
             b"k2",
-            b"tok",
-            b"op",
-            b"9223372036854775807",
+            b"9223372036854775807:tok:op:1",
             b"1500",
-            b"tok",
-            b"op",
-            b"2",
+            b"2:tok:op:1",
             b"1500",
         ];
         assert_eq!(words(&batch.evalsha())[2..], sent.map(<[u8]>::to_vec));
@@ -492,36 +558,27 @@ mod tests {
         let acquire = AcquireCall {
             lease_key: "lk".to_owned(),
             fence_counter_key: "fk".to_owned(),
-            owner_token: "tok",
-            operation_id: "op",
+            attempt,
             ttl_in_milliseconds: 1500,
             min_hold_in_milliseconds: 0,
             holder_name: "",
         };
         // Neither a hold nor a name: the two optional arguments are left out.
-        let sent: [&[u8]; 6] = [b"2", b"lk", b"fk", b"tok", b"op", b"1500"];
+        let sent: [&[u8]; 5] = [b"2", b"lk", b"fk", b"tok:op:1", b"1500"];
         assert_eq!(words(&acquire.evalsha())[2..], sent.map(<[u8]>::to_vec));
         // A name without a hold: the hold is sent as its default, to keep the name's place.
         let named = AcquireCall {
             holder_name: "web-1",
             ..acquire
         };
-        let sent: [&[u8]; 8] = [b"2", b"lk", b"fk", b"tok", b"op", b"1500", b"0", b"web-1"];
+        let sent: [&[u8]; 7] = [b"2", b"lk", b"fk", b"tok:op:1", b"1500", b"0", b"web-1"];
         assert_eq!(words(&named.evalsha())[2..], sent.map(<[u8]>::to_vec));
         let held = AcquireCall {
             min_hold_in_milliseconds: 60_000,
             holder_name: "",
             ..named
         };
-        let sent: [&[u8]; 7] = [b"2", b"lk", b"fk", b"tok", b"op", b"1500", b"60000"];
+        let sent: [&[u8]; 6] = [b"2", b"lk", b"fk", b"tok:op:1", b"1500", b"60000"];
         assert_eq!(words(&held.evalsha())[2..], sent.map(<[u8]>::to_vec));
-        // Not sharded: the flag is left out, and PUBLISH is the script's default.
-        let unsharded = ReleaseCall {
-            sharded: false,
-            fence: FenceToken::new(5),
-            ..release
-        };
-        let sent: [&[u8]; 6] = [b"2", b"lk", b"ch", b"tok", b"op", b"5"];
-        assert_eq!(words(&unsharded.evalsha())[2..], sent.map(<[u8]>::to_vec));
     }
 }

@@ -5,19 +5,16 @@
 
 use std::sync::LazyLock;
 
-use leasehold::FenceToken;
 use leasehold::backend::RenewReply;
 use redis::{Cmd, Value};
 
-use super::{LeaseScript, ScriptArg as _, ScriptCall};
+use super::{GrantArg, LeaseScript, ScriptArg as _, ScriptCall};
 use crate::decode::{self, UnexpectedReply};
 
 /// One grant to renew. Holds the owner token: no `Debug`.
 pub(crate) struct RenewGrant<'a> {
     pub(crate) lease_key: &'a str,
-    pub(crate) owner_token: &'a str,
-    pub(crate) operation_id: &'a str,
-    pub(crate) fence: FenceToken,
+    pub(crate) grant: GrantArg<'a>,
     pub(crate) ttl_in_milliseconds: u64,
 }
 
@@ -28,12 +25,7 @@ pub(crate) struct RenewCall<'a> {
 
 impl ScriptCall for RenewCall<'_> {
     const KEYS: &'static [&'static str] = &["lease_key"];
-    const ARGV: &'static [&'static str] = &[
-        "owner_token",
-        "operation_id",
-        "fence",
-        "ttl_in_milliseconds",
-    ];
+    const ARGV: &'static [&'static str] = &["grant", "ttl_in_milliseconds"];
 
     fn script() -> &'static LeaseScript {
         static SCRIPT: LazyLock<LeaseScript> =
@@ -47,9 +39,7 @@ impl ScriptCall for RenewCall<'_> {
             cmd.arg(grant.lease_key);
         }
         for grant in &self.grants {
-            grant.owner_token.push_to(cmd);
-            grant.operation_id.push_to(cmd);
-            grant.fence.push_to(cmd);
+            grant.grant.push_to(cmd);
             grant.ttl_in_milliseconds.push_to(cmd);
         }
     }
@@ -57,13 +47,7 @@ impl ScriptCall for RenewCall<'_> {
     fn args_len(&self) -> usize {
         self.grants
             .iter()
-            .map(|g| {
-                g.lease_key.len()
-                    + g.owner_token.len_hint()
-                    + g.operation_id.len_hint()
-                    + g.fence.len_hint()
-                    + g.ttl_in_milliseconds.len_hint()
-            })
+            .map(|g| g.lease_key.len() + g.grant.len_hint() + g.ttl_in_milliseconds.len_hint())
             .sum()
     }
 }
