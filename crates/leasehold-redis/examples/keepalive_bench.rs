@@ -110,7 +110,12 @@ fn env(name: &str, default: u64) -> u64 {
 
 /// User + system CPU time of this process, from /proc/self/stat (clock ticks of 10 ms).
 fn cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    cpu_of("self")
+}
+
+/// CPU time (user + system) process `pid` has used, from `/proc/<pid>/stat`.
+fn cpu_of(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after_name = stat.rsplit(')').next().unwrap_or("");
     let fields: Vec<&str> = after_name.split_whitespace().collect();
     let ticks = |i: usize| {
@@ -187,7 +192,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     drop(rest);
     let evalsha = |s: &RedisServer| s.commandstats().get("evalsha").copied().unwrap_or(0);
-    let (cpu0, calls0, t0) = (cpu(), evalsha(&server), Instant::now());
+    let server_pid = server.pid().to_string();
+    let (cpu0, server_cpu0) = (cpu(), cpu_of(&server_pid));
+    let (calls0, t0) = (evalsha(&server), Instant::now());
     // Four times a second, the lowest remaining validity of any lease still kept: how close
     // renewals came to the margin (600 ms), where the signal would fire. It reads every
     // lease's clock and state, so it costs CPU of its own: timed, and told apart below (a
@@ -207,7 +214,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         lowest = lowest.min(now_lowest.unwrap_or(Duration::MAX));
         sampling_time += sampled_at.elapsed();
     }
-    let (cpu1, calls1, elapsed) = (cpu(), evalsha(&server), t0.elapsed());
+    let (cpu1, server_cpu1) = (cpu(), cpu_of(&server_pid));
+    let (calls1, elapsed) = (evalsha(&server), t0.elapsed());
     let (heap_end, heap_peak, rss_after) = (live(), PEAK.load(Ordering::Relaxed), rss_kib());
     let mut reasons = std::collections::BTreeMap::new();
     for reason in kept.iter().filter_map(|k| k.signal().reason()) {
@@ -230,12 +238,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         (calls1 - calls0) as f64 / elapsed.as_secs_f64()
     );
     let sampling_share = sampling_time.as_secs_f64() / elapsed.as_secs_f64();
+    let server_share = (server_cpu1 - server_cpu0).as_secs_f64() / elapsed.as_secs_f64();
     println!(
         "client CPU:             {:.1} % of one core keeping them ({:.1} % in all, {:.1} % of \
          it this bench's own sampling of every lease's validity)",
         (cpu_share - sampling_share).max(0.0) * 100.0,
         cpu_share * 100.0,
         sampling_share * 100.0
+    );
+    println!(
+        "server CPU:             {:.1} % of one core (redis-server, renewing them)",
+        server_share * 100.0
     );
     let total_peak = per_lease(heap_peak.saturating_sub(heap_before_acquire));
     let total_end = per_lease(heap_end.saturating_sub(heap_before_acquire));
