@@ -4,7 +4,7 @@
 //! A renewal joins a queue. The one that finds the queue empty yields once, so that the others
 //! started in the same turn (the watchdog starts every due renewal before it waits) can join,
 //! then hands everything queued to a task of its own, which sends it and answers each
-//! renewal. Each renewal's outcome is its own, as if it had been sent alone: the script
+//! renewal; it hands it over even if it is dropped while it yields. Each renewal's outcome is its own, as if it had been sent alone: the script
 //! renews each grant on its own, a lost reply leaves every renewal of that call unknown, and a
 //! call never sent leaves each not applied. The handle read its clock before it called, so the
 //! time spent queued only shortens the validity it counts, never lengthens it. Nothing is
@@ -67,17 +67,14 @@ impl Renewals {
             queue.len() == 1
         };
         if leads {
+            let flush = Flush {
+                renewals: self,
+                link,
+                gate,
+            };
             // Let the renewals started in this turn join the queue first.
             tokio::task::yield_now().await;
-            let queued =
-                std::mem::take(&mut *self.queue.lock().unwrap_or_else(PoisonError::into_inner));
-            let mut queued = queued.into_iter().peekable();
-            while queued.peek().is_some() {
-                let batch: Vec<Pending> = queued.by_ref().take(MAX_BATCH).collect();
-                // A task of its own: a caller that stops waiting must not take the others'
-                // renewals down with it.
-                tokio::spawn(send(Arc::clone(link), gate, batch));
-            }
+            drop(flush);
         }
         answer.await.unwrap_or_else(|_| {
             // The sender went away (its runtime is shutting down): it may have been sent.
@@ -86,6 +83,34 @@ impl Renewals {
                 "the batched renewal's sender stopped",
             )))
         })
+    }
+}
+
+/// Hands everything queued to senders when dropped: when the renewal that leads has yielded,
+/// or when it is dropped while it yields (a cancelled renewal). Either way the queue is sent,
+/// or no renewal after it would ever lead again, and every one would wait for ever.
+struct Flush<'a> {
+    renewals: &'a Renewals,
+    link: &'a Arc<Link>,
+    gate: Option<ReplicationGate>,
+}
+
+impl Drop for Flush<'_> {
+    fn drop(&mut self) {
+        let queue = &self.renewals.queue;
+        let queued = std::mem::take(&mut *queue.lock().unwrap_or_else(PoisonError::into_inner));
+        // Outside a runtime nothing can be sent: the queued renewals are dropped, and each of
+        // their callers is told its renewal's sender stopped (unknown, never "not renewed").
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut queued = queued.into_iter().peekable();
+        while queued.peek().is_some() {
+            let batch: Vec<Pending> = queued.by_ref().take(MAX_BATCH).collect();
+            // A task of its own: a caller that stops waiting must not take the others'
+            // renewals down with it.
+            runtime.spawn(send(Arc::clone(self.link), self.gate, batch));
+        }
     }
 }
 

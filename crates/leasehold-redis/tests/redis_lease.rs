@@ -523,3 +523,41 @@ async fn renewals_started_together_share_one_call_and_keep_their_own_outcomes() 
     assert_eq!(leases[7].state(), LeaseState::Lost);
     assert_eq!(leases[8].state(), LeaseState::Active);
 }
+
+/// A renewal dropped while it waits to be batched (the one that would hand the batch to a
+/// sender) still leaves the batch sent: every renewal after it is answered, none waits for a
+/// sender that will never come.
+#[tokio::test]
+async fn a_renewal_dropped_while_it_waits_to_be_batched_leaves_the_others_answered() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    client.backend().warm_up().await.unwrap();
+    let first = client
+        .try_acquire(&request(&client, "dropped-renewal", "op-a", TTL))
+        .await
+        .into_handle()
+        .expect("free");
+    let second = client
+        .try_acquire(&request(&client, "later-renewal", "op-a", TTL))
+        .await
+        .into_handle()
+        .expect("free");
+    {
+        // Polled once, the first renewal joins the queue and yields, to let others join; it
+        // is dropped there, at the end of this block.
+        let mut renewal = std::pin::pin!(first.renew());
+        let once = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(renewal.as_mut().poll(cx).is_pending())
+        })
+        .await;
+        assert!(once, "the renewal should wait to be batched");
+    }
+    // A bound for a hang, not a timing goal: the renewal takes one round trip.
+    let later = tokio::time::timeout(Duration::from_secs(10), second.renew()).await;
+    assert!(
+        matches!(later, Ok(ref outcome) if outcome.is_renewed()),
+        "{later:?}"
+    );
+    // The dropped renewal was still sent: it may be applied, as its cancel safety says.
+    assert!(first.renew().await.is_renewed());
+}
