@@ -24,7 +24,7 @@ use hdrhistogram::Histogram;
 use leasehold_redis::leasehold::{OperationId, Purpose, ResourceDigest};
 use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
 use redis::aio::MultiplexedConnection;
-use test_support::RedisServer;
+use test_support::{RedisServer, cpu_time};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -201,26 +201,6 @@ async fn one_task(bench: &Bench) -> Res<Vec<Histogram<u64>>> {
         }
     }
     Ok(histograms)
-}
-
-/// CPU time a process has used (user + system), from `/proc/<pid>/stat`.
-fn cpu_time(pid: &str) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name; in clock
-    // ticks, 100 a second on Linux.
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
 /// What one round of 64 tasks measured.

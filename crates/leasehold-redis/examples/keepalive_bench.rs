@@ -31,7 +31,7 @@ use leasehold_redis::leasehold::{
     KeepAliveSettings, OperationId, Purpose, ResourceDigest, Watchdog,
 };
 use leasehold_redis::{RedisBackend, RedisSettings};
-use test_support::RedisServer;
+use test_support::{RedisServer, cpu_time};
 
 /// The system allocator, counting live bytes and their peak.
 struct Counting;
@@ -108,26 +108,6 @@ fn env(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// User + system CPU time of this process, from /proc/self/stat (clock ticks of 10 ms).
-fn cpu() -> Duration {
-    cpu_of("self")
-}
-
-/// CPU time (user + system) process `pid` has used, from `/proc/<pid>/stat`.
-fn cpu_of(pid: &str) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after_name = stat.rsplit(')').next().unwrap_or("");
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // After the name: state is field 0, utime 11, stime 12.
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
-}
-
 fn rss_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
@@ -193,7 +173,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(rest);
     let evalsha = |s: &RedisServer| s.commandstats().get("evalsha").copied().unwrap_or(0);
     let server_pid = server.pid().to_string();
-    let (cpu0, server_cpu0) = (cpu(), cpu_of(&server_pid));
+    let (cpu0, server_cpu0) = (cpu_time("self"), cpu_time(&server_pid));
     let (calls0, t0) = (evalsha(&server), Instant::now());
     // Four times a second, the lowest remaining validity of any lease still kept: how close
     // renewals came to the margin (600 ms), where the signal would fire. It reads every
@@ -214,7 +194,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         lowest = lowest.min(now_lowest.unwrap_or(Duration::MAX));
         sampling_time += sampled_at.elapsed();
     }
-    let (cpu1, server_cpu1) = (cpu(), cpu_of(&server_pid));
+    let (cpu1, server_cpu1) = (cpu_time("self"), cpu_time(&server_pid));
     let (calls1, elapsed) = (evalsha(&server), t0.elapsed());
     let (heap_end, heap_peak, rss_after) = (live(), PEAK.load(Ordering::Relaxed), rss_kib());
     let mut reasons = std::collections::BTreeMap::new();

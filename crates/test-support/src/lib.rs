@@ -128,6 +128,27 @@ fn wait_until_stopped(pid: u32) {
     }
 }
 
+/// CPU time (user + system) process `pid` has used, from `/proc/<pid>/stat` ("self" for this
+/// process), in clock ticks of 10 ms; zero where `/proc` is unavailable. For the benches.
+pub fn cpu_time(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name; in clock
+    // ticks, 100 a second on Linux.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
 /// A minimal RESP2 reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
