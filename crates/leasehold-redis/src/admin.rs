@@ -11,7 +11,7 @@ use leasehold::{
 
 use crate::backend::unreadable;
 use crate::scripts::BreakCall;
-use crate::{Error, RedisBackend};
+use crate::{Error, KeyLayout, RedisBackend};
 
 /// A lease found by [`RedisBackend::list`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,9 +116,10 @@ impl RedisBackend {
         purpose: &Purpose,
         resource: &ResourceDigest,
     ) -> Result<Option<LeaseView>, Error> {
+        let lease_key = self.keys().lease_key(purpose, resource);
         let call = BreakCall {
-            lease_key: self.keys().lease_key(purpose, resource),
-            release_channel: self.keys().release_channel(purpose, resource),
+            release_channel: KeyLayout::release_channel_of(&lease_key),
+            lease_key,
             sharded: self.is_sharded(),
         };
         let outcome = match self.link().eval(&call, None).await {

@@ -164,7 +164,7 @@ impl RedisBackend {
     ) -> ReleaseReply {
         let lease_key = self.keys.lease_key(purpose, resource);
         let call = ReleaseCall {
-            release_channel: KeyLayout::derived(&lease_key, ":released"),
+            release_channel: KeyLayout::release_channel_of(&lease_key),
             lease_key,
             grant: GrantArg {
                 fence,
@@ -194,7 +194,7 @@ impl LeaseBackend for RedisBackend {
         let attempt = request.attempt();
         let lease_key = self.keys.lease_key(request.purpose(), request.resource());
         let call = AcquireCall {
-            fence_counter_key: KeyLayout::derived(&lease_key, ":fence"),
+            fence_counter_key: KeyLayout::fence_key_of(&lease_key),
             lease_key,
             attempt: AttemptArg::of(attempt),
             ttl_in_milliseconds: request.ttl_millis(),
@@ -296,9 +296,10 @@ impl LeaseBackend for RedisBackend {
         let (owner_token, operation_id) = attempt.map_or(("", ""), |a| {
             (a.owner_token().expose_secret(), a.operation().as_str())
         });
+        let lease_key = self.keys.lease_key(purpose, resource);
         let call = InspectCall {
-            lease_key: self.keys.lease_key(purpose, resource),
-            fence_counter_key: self.keys.fence_key(purpose, resource),
+            fence_counter_key: KeyLayout::fence_key_of(&lease_key),
+            lease_key,
             owner_token,
             operation_id,
         };

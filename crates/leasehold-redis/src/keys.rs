@@ -9,8 +9,9 @@ use leasehold::{Purpose, ResourceDigest};
 
 use crate::settings::RedisSettings;
 
-/// The longest suffix appended to a lease key on the hot path.
-const LONGEST_SUFFIX: usize = ":released".len();
+/// What a lease key's fence counter and release channel append to it.
+const FENCE_SUFFIX: &str = ":fence";
+const RELEASED_SUFFIX: &str = ":released";
 
 /// Builds the keys for a namespace and key version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,12 +29,9 @@ impl KeyLayout {
 
     /// Returns the lease key for `purpose` and `resource`.
     pub fn lease_key(&self, purpose: &Purpose, resource: &ResourceDigest) -> String {
-        // Built by hand with room for the longest suffix (`:released`), so that the keys made
-        // from it by appending never reallocate: this runs on every lease operation.
+        // Built by hand, sized once: this runs on every lease operation.
         let (purpose, resource) = (purpose.as_str(), resource.as_str());
-        let mut key = String::with_capacity(
-            self.prefix.len() + purpose.len() + resource.len() + 3 + LONGEST_SUFFIX,
-        );
+        let mut key = String::with_capacity(self.prefix.len() + purpose.len() + resource.len() + 3);
         key.push_str(&self.prefix);
         key.push_str(purpose);
         key.push_str(":{");
@@ -42,13 +40,16 @@ impl KeyLayout {
         key
     }
 
-    /// Returns `lease_key` with `suffix` appended (a fence counter, a release channel…) without
-    /// building the lease key again.
-    pub(crate) fn derived(lease_key: &str, suffix: &str) -> String {
-        let mut key = String::with_capacity(lease_key.len() + suffix.len());
-        key.push_str(lease_key);
-        key.push_str(suffix);
-        key
+    /// Returns the fence counter key of the lease key `lease_key`, without building the lease
+    /// key again.
+    pub(crate) fn fence_key_of(lease_key: &str) -> String {
+        joined(lease_key, FENCE_SUFFIX)
+    }
+
+    /// Returns the release channel of the lease key `lease_key`, without building the lease
+    /// key again.
+    pub(crate) fn release_channel_of(lease_key: &str) -> String {
+        joined(lease_key, RELEASED_SUFFIX)
     }
 
     /// Returns the `SCAN MATCH` pattern of every lease key in this layout, or of `purpose`'s
@@ -74,9 +75,7 @@ impl KeyLayout {
 
     /// Returns the channel releases of `resource` are announced on (same hash slot).
     pub fn release_channel(&self, purpose: &Purpose, resource: &ResourceDigest) -> String {
-        let mut channel = self.lease_key(purpose, resource);
-        channel.push_str(":released");
-        channel
+        Self::release_channel_of(&self.lease_key(purpose, resource))
     }
 
     /// Returns the key of the fenced record `name` of `resource` (same hash slot).
@@ -94,10 +93,16 @@ impl KeyLayout {
 
     /// Returns the fencing counter key for `purpose` and `resource` (same hash slot).
     pub fn fence_key(&self, purpose: &Purpose, resource: &ResourceDigest) -> String {
-        let mut key = self.lease_key(purpose, resource);
-        key.push_str(":fence");
-        key
+        Self::fence_key_of(&self.lease_key(purpose, resource))
     }
+}
+
+/// `key` with `suffix` appended, in one allocation.
+fn joined(key: &str, suffix: &str) -> String {
+    let mut joined = String::with_capacity(key.len() + suffix.len());
+    joined.push_str(key);
+    joined.push_str(suffix);
+    joined
 }
 
 #[cfg(test)]
