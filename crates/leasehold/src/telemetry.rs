@@ -96,9 +96,7 @@ pub(crate) struct Short<'a>(pub(crate) &'a ResourceDigest);
 
 impl fmt::Display for Short<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let digest = self.0.as_str();
-        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
-        f.write_str(hex.get(..12).unwrap_or(hex))
+        fmt::Display::fmt(&ShortDigest::of(self.0), f)
     }
 }
 
