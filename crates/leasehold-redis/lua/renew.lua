@@ -8,10 +8,11 @@
 --
 -- Renews only the exact grant, which is the stored value up to its first newline (acquire.lua
 -- describes both forms of the value): a lease that lapsed and was granted again (a new fence)
--- is never extended by its old holder, nor is a grant released before its minimum hold ended. A lease key of another type (a hash, a list)
--- is not this grant either. Each grant is renewed on its own, as if by a call of its own: one
--- that is gone does not keep the others from being renewed. On a Cluster every key of a call
--- must share a slot, so a call there renews one grant.
+-- is never extended by its old holder, nor is a grant released before its minimum hold ended.
+-- A lease key of another type (a hash, a list) is not this grant either. Each grant is renewed
+-- on its own, as if by a call of its own: one that is gone does not keep the others from being
+-- renewed. On a Cluster every key of a call must share a slot, so a call there renews one
+-- grant.
 --
 -- A grant with a minimum hold gets max(TTL, what is left of the hold, rounded up to the
 -- millisecond): a renewal never lets the key go before its hold ends.
