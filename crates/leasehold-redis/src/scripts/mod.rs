@@ -89,8 +89,11 @@ pub(crate) trait ScriptArg {
     fn len_hint(&self) -> usize;
 
     /// Whether this is the value a script reads a missing optional argument as (`0`, `""`,
-    /// `false`, `None`). Only a call's `OPTIONAL` arguments are ever left out for it.
-    fn is_default(&self) -> bool;
+    /// `false`). Only a call's `OPTIONAL` arguments are ever left out for it; a type without a
+    /// default is always sent.
+    fn is_default(&self) -> bool {
+        false
+    }
 }
 
 impl ScriptArg for &str {
@@ -111,9 +114,6 @@ impl ScriptArg for &[u8] {
     }
     fn len_hint(&self) -> usize {
         self.len()
-    }
-    fn is_default(&self) -> bool {
-        self.is_empty()
     }
 }
 
@@ -136,9 +136,6 @@ impl ScriptArg for FenceToken {
     }
     fn len_hint(&self) -> usize {
         19
-    }
-    fn is_default(&self) -> bool {
-        false
     }
 }
 
@@ -176,9 +173,6 @@ impl ScriptArg for AttemptArg<'_> {
     fn len_hint(&self) -> usize {
         self.owner_token.len() + 1 + self.operation_id.len()
     }
-    fn is_default(&self) -> bool {
-        false
-    }
 }
 
 /// A grant as the scripts take it, in one argument: `<fence>:<owner token>:<operation id>`,
@@ -202,9 +196,6 @@ impl ScriptArg for GrantArg<'_> {
     }
     fn len_hint(&self) -> usize {
         20 + self.attempt.len_hint()
-    }
-    fn is_default(&self) -> bool {
-        false
     }
 }
 
