@@ -434,8 +434,19 @@ async fn an_observer_alone_sees_a_resignation_through_the_notice_not_the_ttl() {
         subscribed,
     )
     .await;
+    // Resigned once the observer has read the term again (one script call that is not a
+    // renewal, which PEXPIREs), so that it waits for the change, not reads it.
+    let reads = || {
+        let stats = server.commandstats();
+        let count = |name: &str| stats.get(name).copied().unwrap_or(0);
+        count("evalsha").saturating_sub(count("pexpire"))
+    };
+    let before = reads();
     let next = tokio::spawn(async move { watch.next().await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until("the observer's read", Duration::from_secs(10), || {
+        reads() > before
+    })
+    .await;
     let resigned_at = Instant::now();
     assert_eq!(leading.resign().await, ReleaseOutcome::Released);
     let next = next.await.unwrap().unwrap();
