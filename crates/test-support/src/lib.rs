@@ -129,7 +129,8 @@ fn wait_until_stopped(pid: u32) {
 }
 
 /// CPU time (user + system) process `pid` has used, from `/proc/<pid>/stat` ("self" for this
-/// process), in clock ticks of 10 ms; zero where `/proc` is unavailable. For the benches.
+/// process, "thread-self" for the calling thread), in clock ticks of 10 ms; zero where `/proc`
+/// is unavailable. For the benches.
 pub fn cpu_time(pid: &str) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // The fields after the command name, which is in parentheses and may hold spaces.
