@@ -17,6 +17,14 @@
 -- costs the server a string made in Lua (and the attempt is one argument, not two, for the
 -- same reason).
 --
+-- A batch grants several leases in one call, each exactly as a call of its own would: with
+-- n > 1 leases, KEYS holds each one's lease key and counter key (KEYS[2i-1], KEYS[2i]), ARGV
+-- each one's attempt and TTL (ARGV[2i-1], ARGV[2i]), none with a hold or a holder name, and
+-- the reply is a table of n replies, in order, each what a single call answers. One lease's
+-- refusal (a key of another type, say) does not keep the others from being granted. The
+-- server's clock is read once per call: the script runs atomically, so every grant in it is
+-- made at that instant.
+--
 -- The stored value is "<fence>:<owner token>:<operation id>" when there is neither a hold
 -- nor a holder name, byte for byte as before both existed. Otherwise it is
 --
@@ -81,74 +89,93 @@ local function succ(s)
   return string.sub(s, 1, i - 1) .. string.char(string.byte(s, i) + 1) .. string.rep('0', #s - i)
 end
 
--- A GET that reports a key of another type instead of raising WRONGTYPE.
-local current = redis.pcall('GET', KEYS[1])
-if type(current) == 'table' then
-  return {-2, 'lease-type'}
+-- The server's clock, read once per call: every grant of a batch is made at the same instant
+-- (the script runs atomically), and TIME is the dearest call a grant makes.
+local time
+local function clock()
+  time = time or redis.call('TIME')
+  return time
 end
-if not current then
-  local time = redis.call('TIME')
-  local now = time[1] .. string.rep('0', 6 - #time[2]) .. time[2]
-  -- One call reads the counter and moves it to the clock, which is the new fence unless the
-  -- counter is already there or beyond (two grants in one microsecond, a clock stepped back):
-  -- then the counter's successor is, set below. A counter of another type makes SET ... GET
-  -- fail without setting anything; one that is not a fence is put back as it was.
-  local counter = redis.pcall('SET', KEYS[2], now, 'GET')
-  if type(counter) == 'table' then
-    return {-2, 'counter-type'}
+
+-- Grants one lease: the whole of a single call, and one entry of a batch.
+local function grant_one(lease_key, counter_key, attempt, ttl, hold, name)
+  -- A GET that reports a key of another type instead of raising WRONGTYPE.
+  local current = redis.pcall('GET', lease_key)
+  if type(current) == 'table' then
+    return {-2, 'lease-type'}
   end
-  counter = counter or '0'
-  if counter ~= '0' and (not string.find(counter, '^[1-9]%d*$') or above(counter, TOP)) then
-    redis.call('SET', KEYS[2], counter)
-    return {-2, 'counter-value'}
-  end
-  if counter == TOP then
-    redis.call('SET', KEYS[2], counter)
-    return {-2, 'fence-range'}
-  end
-  local fence = now
-  if not above(now, counter) then
-    fence = succ(counter)
-    redis.call('SET', KEYS[2], fence)
-  end
-  local value = fence .. ':' .. ARGV[1]
-  -- Strings, not Lua numbers, go to SET: a number would be formatted by Redis.
-  local px = ARGV[2]
-  local hold, name = ARGV[3] or '0', ARGV[4] or ''
-  if hold ~= '0' or name ~= '' then
-    local hold_until = ''
-    if hold ~= '0' then
-      -- Microseconds are below 2^53 until the year 2255, so a double holds them exactly.
-      local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-      hold_until = string.format('%.0f', now_us + tonumber(hold) * 1000)
-      if tonumber(hold) > tonumber(ARGV[2]) then
-        px = hold
-      end
+  if not current then
+    local time = clock()
+    local now = time[1] .. string.rep('0', 6 - #time[2]) .. time[2]
+    -- One call reads the counter and moves it to the clock, which is the new fence unless the
+    -- counter is already there or beyond (two grants in one microsecond, a clock stepped back):
+    -- then the counter's successor is, set below. A counter of another type makes SET ... GET
+    -- fail without setting anything; one that is not a fence is put back as it was.
+    local counter = redis.pcall('SET', counter_key, now, 'GET')
+    if type(counter) == 'table' then
+      return {-2, 'counter-type'}
     end
-    value = value .. '\n' .. hold_until .. '\n' .. name
+    counter = counter or '0'
+    if counter ~= '0' and (not string.find(counter, '^[1-9]%d*$') or above(counter, TOP)) then
+      redis.call('SET', counter_key, counter)
+      return {-2, 'counter-value'}
+    end
+    if counter == TOP then
+      redis.call('SET', counter_key, counter)
+      return {-2, 'fence-range'}
+    end
+    local fence = now
+    if not above(now, counter) then
+      fence = succ(counter)
+      redis.call('SET', counter_key, fence)
+    end
+    local value = fence .. ':' .. attempt
+    -- Strings, not Lua numbers, go to SET: a number would be formatted by Redis.
+    local px = ttl
+    if hold ~= '0' or name ~= '' then
+      local hold_until = ''
+      if hold ~= '0' then
+        -- Microseconds are below 2^53 until the year 2255, so a double holds them exactly.
+        local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+        hold_until = string.format('%.0f', now_us + tonumber(hold) * 1000)
+        if tonumber(hold) > tonumber(ttl) then
+          px = hold
+        end
+      end
+      value = value .. '\n' .. hold_until .. '\n' .. name
+    end
+    redis.call('SET', lease_key, value, 'PX', px)
+    return fence
   end
-  redis.call('SET', KEYS[1], value, 'PX', px)
-  return fence
+  local pttl = redis.call('PTTL', lease_key)
+  -- The grant is what comes before the first newline; the name follows the second.
+  local grant, name = string.match(current, '^([^\n]*)\n%d*\n(.*)$')
+  if not grant then
+    grant, name = current, ''
+  end
+  local fence, token, operation = string.match(grant, '^(%d+):([^:]+):(.*)$')
+  if not fence then
+    return {0, '0', pttl, '', '', 0}
+  end
+  if string.sub(token, 1, 1) == '~' then
+    -- Released before its hold ended: no one's grant, and never this attempt's again.
+    return {0, fence, pttl, string.sub(token, 2), name, 1}
+  end
+  local holder = string.sub(redis.sha1hex(token), 1, 16)
+  if token .. ':' .. operation == attempt then
+    return {2, fence, pttl}
+  end
+  if token == string.match(attempt, '^[^:]*') then
+    return {3, fence, pttl, holder, name, 0}
+  end
+  return {0, fence, pttl, holder, name, 0}
 end
-local pttl = redis.call('PTTL', KEYS[1])
--- The grant is what comes before the first newline; the name follows the second.
-local grant, name = string.match(current, '^([^\n]*)\n%d*\n(.*)$')
-if not grant then
-  grant, name = current, ''
+
+if #KEYS == 2 then
+  return grant_one(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3] or '0', ARGV[4] or '')
 end
-local fence, token, operation = string.match(grant, '^(%d+):([^:]+):(.*)$')
-if not fence then
-  return {0, '0', pttl, '', '', 0}
+local replies = {}
+for i = 1, #KEYS / 2 do
+  replies[i] = grant_one(KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1], ARGV[2 * i], '0', '')
 end
-if string.sub(token, 1, 1) == '~' then
-  -- Released before its hold ended: no one's grant, and never this attempt's again.
-  return {0, fence, pttl, string.sub(token, 2), name, 1}
-end
-local holder = string.sub(redis.sha1hex(token), 1, 16)
-if token .. ':' .. operation == ARGV[1] then
-  return {2, fence, pttl}
-end
-if token == string.match(ARGV[1], '^[^:]*') then
-  return {3, fence, pttl, holder, name, 0}
-end
-return {0, fence, pttl, holder, name, 0}
+return replies

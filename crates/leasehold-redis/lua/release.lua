@@ -11,6 +11,11 @@
 -- ARGV[2]  sharded             "1" to announce with SPUBLISH (sharded pub/sub, Cluster);
 --                              "0" or absent for PUBLISH
 --
+-- A batch releases several grants in one call, each exactly as a call of its own would: with
+-- n > 1 grants, KEYS holds each one's lease key and release channel (KEYS[2i-1], KEYS[2i]),
+-- ARGV each one's grant (ARGV[i]), announced with PUBLISH (a Cluster never batches: the keys
+-- of one call must share a slot), and the reply is a table of n integers, in order.
+--
 -- Releases only the exact grant, which is the stored value up to its first newline
 -- (acquire.lua describes both forms of the value). The fence counter is never deleted.
 --
@@ -37,56 +42,68 @@
 --   -1     another grant, or a value of another type, holds the key; it was left alone
 local MAX_HOLD_MS = 86400000
 
-local current = redis.pcall('GET', KEYS[1])
-if type(current) == 'table' then
-  return -1
-end
-if not current then
-  return 0
-end
--- Most values have no newline (neither a hold nor a name): no pattern is matched for them.
-local grant, hold_until, name = current, '', ''
-if string.find(current, '\n', 1, true) then
-  grant, hold_until, name = string.match(current, '^([^\n]*)\n(%d*)\n(.*)$')
-  if not grant then
-    grant, hold_until, name = current, '', ''
+-- Releases one grant: the whole of a single call, and one entry of a batch.
+local function release_one(lease_key, channel, grant_arg, sharded)
+  local current = redis.pcall('GET', lease_key)
+  if type(current) == 'table' then
+    return -1
   end
-end
-local wanted = ARGV[1]
-if string.byte(wanted, 1) == 58 then
-  -- ':': whatever fence the stored grant carries.
-  wanted = (string.match(grant, '^(%d+):') or '') .. wanted
-end
--- The token and the operation are needed only for a grant with a minimum hold: read then.
-local function record()
-  local fence, token, operation = string.match(wanted, '^(%d*):([^:]*):(.*)$')
-  return fence .. ':~' .. string.sub(redis.sha1hex(token), 1, 16) .. ':' .. operation
-end
-if grant ~= wanted then
-  if hold_until ~= '' and grant == record() then
-    return 1
+  if not current then
+    return 0
   end
-  return -1
-end
-if hold_until ~= '' then
-  local time = redis.call('TIME')
-  local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  -- Bounded by the longest hold a request may ask for, should the clock have stepped back.
-  local left = math.min(math.ceil((tonumber(hold_until) - now_us) / 1000), MAX_HOLD_MS)
-  if left > 0 then
-    redis.call('SET', KEYS[1], record() .. '\n' .. hold_until .. '\n' .. name, 'PX',
-      string.format('%d', left))
-    return 1
+  -- Most values have no newline (neither a hold nor a name): no pattern is matched for them.
+  local grant, hold_until, name = current, '', ''
+  if string.find(current, '\n', 1, true) then
+    grant, hold_until, name = string.match(current, '^([^\n]*)\n(%d*)\n(.*)$')
+    if not grant then
+      grant, hold_until, name = current, '', ''
+    end
   end
+  local wanted = grant_arg
+  if string.byte(wanted, 1) == 58 then
+    -- ':': whatever fence the stored grant carries.
+    wanted = (string.match(grant, '^(%d+):') or '') .. wanted
+  end
+  -- The token and the operation are needed only for a grant with a minimum hold: read then.
+  local function record()
+    local fence, token, operation = string.match(wanted, '^(%d*):([^:]*):(.*)$')
+    return fence .. ':~' .. string.sub(redis.sha1hex(token), 1, 16) .. ':' .. operation
+  end
+  if grant ~= wanted then
+    if hold_until ~= '' and grant == record() then
+      return 1
+    end
+    return -1
+  end
+  if hold_until ~= '' then
+    local time = redis.call('TIME')
+    local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    -- Bounded by the longest hold a request may ask for, should the clock have stepped back.
+    local left = math.min(math.ceil((tonumber(hold_until) - now_us) / 1000), MAX_HOLD_MS)
+    if left > 0 then
+      redis.call('SET', lease_key, record() .. '\n' .. hold_until .. '\n' .. name, 'PX',
+        string.format('%d', left))
+      return 1
+    end
+  end
+  redis.call('DEL', lease_key)
+  local fence = string.match(grant, '^%d+')
+  -- The announcement is a hint that wakes waiters early. It must not turn a release that
+  -- deleted the key into an error: an ACL that forbids the channel (Redis 7 gives a new user no
+  -- channels) would make the reply say the release may not have happened.
+  if sharded == '1' then
+    redis.pcall('SPUBLISH', channel, fence)
+  else
+    redis.pcall('PUBLISH', channel, fence)
+  end
+  return 1
 end
-redis.call('DEL', KEYS[1])
-local fence = string.match(grant, '^%d+')
--- The announcement is a hint that wakes waiters early. It must not turn a release that
--- deleted the key into an error: an ACL that forbids the channel (Redis 7 gives a new user no
--- channels) would make the reply say the release may not have happened.
-if ARGV[2] == '1' then
-  redis.pcall('SPUBLISH', KEYS[2], fence)
-else
-  redis.pcall('PUBLISH', KEYS[2], fence)
+
+if #KEYS == 2 then
+  return release_one(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 end
-return 1
+local replies = {}
+for i = 1, #KEYS / 2 do
+  replies[i] = release_one(KEYS[2 * i - 1], KEYS[2 * i], ARGV[i], '0')
+end
+return replies

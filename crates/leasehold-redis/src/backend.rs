@@ -15,10 +15,12 @@ use leasehold::{
     LeaseRequest, Purpose, ResourceDigest,
 };
 
+use crate::batch::Batcher;
 use crate::link::{self, Link};
 use crate::renewals::{self, Renewals};
 use crate::scripts::{
-    self, AcquireCall, AttemptArg, GrantArg, InspectCall, ReleaseCall, RenewCall, RenewGrant,
+    self, AcquireCall, AcquireEntry, AttemptArg, GrantArg, InspectCall, ReleaseCall, ReleaseEntry,
+    RenewCall, RenewGrant,
 };
 use crate::settings::{self, RedisSettings};
 use crate::{Error, KeyLayout, decode, notices};
@@ -32,6 +34,8 @@ pub type RedisLeases = LeaseClient<RedisBackend>;
 pub struct RedisBackend {
     link: std::sync::Arc<Link>,
     renewals: Renewals,
+    acquires: std::sync::Arc<Batcher<AcquireEntry>>,
+    releases: std::sync::Arc<Batcher<ReleaseEntry>>,
     notices: notices::Notices,
     keys: KeyLayout,
     settings: RedisSettings,
@@ -68,6 +72,8 @@ impl RedisBackend {
                 settings.max_in_flight(),
             )),
             renewals: Renewals::default(),
+            acquires: Batcher::new(),
+            releases: Batcher::new(),
             notices,
             keys: KeyLayout::new(&settings),
             settings,
@@ -110,6 +116,14 @@ impl RedisBackend {
         self.sharded
     }
 
+    /// Returns true if and only if an acquire or release now joins a batch (`batch.rs`): not
+    /// on a Cluster, whose keys of one command must share a slot, and only while other commands
+    /// are in flight. One that starts alone goes straight out as the single call, with
+    /// nothing to wait for.
+    fn batches(&self) -> bool {
+        !self.sharded && self.link.busy()
+    }
+
     /// Returns the connection the scripts run on.
     pub(crate) fn link(&self) -> &Link {
         &self.link
@@ -139,6 +153,19 @@ pub(crate) fn not_replicated(
     ))
 }
 
+/// `<owner token>:<operation id>`, as the scripts take an attempt. Holds the owner token.
+fn attempt_string(attempt: &Attempt) -> String {
+    let (token, operation) = (
+        attempt.owner_token().expose_secret(),
+        attempt.operation().as_str(),
+    );
+    let mut joined = String::with_capacity(token.len() + 1 + operation.len());
+    joined.push_str(token);
+    joined.push(':');
+    joined.push_str(operation);
+    joined
+}
+
 /// Turns an undecodable reply into `Indeterminate`: the script may have run.
 pub(crate) fn unreadable(err: decode::UnexpectedReply) -> Failure {
     Failure::Indeterminate(Indeterminate::new(
@@ -163,6 +190,27 @@ impl RedisBackend {
         fence: Option<leasehold::FenceToken>,
     ) -> ReleaseReply {
         let lease_key = self.keys.lease_key(purpose, resource);
+        if let (Some(fence), true) = (fence, self.batches()) {
+            // With the releases started with it, in one run of the script (`batch.rs`).
+            let entry = ReleaseEntry {
+                lease_key,
+                grant: format!(
+                    "{}:{}:{}",
+                    fence.get(),
+                    attempt.owner_token().expose_secret(),
+                    attempt.operation().as_str()
+                ),
+            };
+            return match self.releases.send(&self.link, None, entry).await {
+                Ok((value, _)) => ReleaseCall::decode(&value)
+                    .unwrap_or_else(|e| ReleaseReply::Failed(unreadable(e))),
+                Err(failure) => ReleaseReply::Failed(failure),
+            };
+        }
+        if fence.is_none() && !self.sharded {
+            // The cleanup behind an acquire: that acquire must not be sent after it.
+            self.acquires.withdraw(&attempt_string(attempt));
+        }
         let call = ReleaseCall {
             release_channel: KeyLayout::release_channel_of(&lease_key),
             lease_key,
@@ -193,16 +241,29 @@ impl LeaseBackend for RedisBackend {
     async fn acquire(&self, request: &LeaseRequest) -> AcquireReply {
         let attempt = request.attempt();
         let lease_key = self.keys.lease_key(request.purpose(), request.resource());
-        let call = AcquireCall {
-            fence_counter_key: KeyLayout::fence_key_of(&lease_key),
-            lease_key,
-            attempt: AttemptArg::of(attempt),
-            ttl_in_milliseconds: request.ttl_millis(),
-            min_hold_in_milliseconds: request.min_hold_millis(),
-            holder_name: request.holder_name().map_or("", |name| name.as_str()),
-        };
         let gate = self.settings.replication();
-        let reply = self.link.eval(&call, gate).await;
+        let reply = if self.batches()
+            && request.min_hold_millis() == 0
+            && request.holder_name().is_none()
+        {
+            // With the acquires started with it, in one run of the script (`batch.rs`).
+            let entry = AcquireEntry {
+                lease_key,
+                attempt: attempt_string(attempt),
+                ttl_in_milliseconds: request.ttl_millis(),
+            };
+            self.acquires.send(&self.link, gate, entry).await
+        } else {
+            let call = AcquireCall {
+                fence_counter_key: KeyLayout::fence_key_of(&lease_key),
+                lease_key,
+                attempt: AttemptArg::of(attempt),
+                ttl_in_milliseconds: request.ttl_millis(),
+                min_hold_in_milliseconds: request.min_hold_millis(),
+                holder_name: request.holder_name().map_or("", |name| name.as_str()),
+            };
+            self.link.eval(&call, gate).await
+        };
         match reply {
             Ok((value, confirmed)) => {
                 // What the script sets on a grant: the TTL, or the minimum hold if longer.

@@ -10,8 +10,8 @@ use leasehold::{Purpose, ResourceDigest};
 use crate::settings::RedisSettings;
 
 /// What a lease key's fence counter and release channel append to it.
-const FENCE_SUFFIX: &str = ":fence";
-const RELEASED_SUFFIX: &str = ":released";
+pub(crate) const FENCE_SUFFIX: &str = ":fence";
+pub(crate) const RELEASED_SUFFIX: &str = ":released";
 
 /// Builds the keys for a namespace and key version.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -65,6 +65,7 @@ pub use redis;
 
 mod admin;
 mod backend;
+mod batch;
 mod classify;
 #[cfg(feature = "serde")]
 mod config;

@@ -140,6 +140,7 @@ pub(crate) struct Link {
     generation: Mutex<u64>,
     reconnect: tokio::sync::Mutex<()>,
     in_flight: Arc<Semaphore>,
+    max_in_flight: usize,
 }
 
 impl Link {
@@ -158,6 +159,7 @@ impl Link {
             generation: Mutex::new(0),
             reconnect: tokio::sync::Mutex::new(()),
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
+            max_in_flight,
         }
     }
 
@@ -214,6 +216,19 @@ impl Link {
         };
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(current.clone());
         Ok(current)
+    }
+
+    /// Returns true if and only if a command of this link is in flight.
+    pub(crate) fn busy(&self) -> bool {
+        self.in_flight.available_permits() < self.max_in_flight
+    }
+
+    /// Makes sure there is a live connection, so that a command built next goes out at once.
+    pub(crate) async fn ready(&self) -> Result<(), Failure> {
+        self.connection()
+            .await
+            .map(|_| ())
+            .map_err(Failure::Unavailable)
     }
 
     /// Forgets the connection of `generation` if it is still the current one, so that the

@@ -277,6 +277,7 @@ macro_rules! script_call {
 }
 
 mod acquire;
+mod batch;
 mod break_lease;
 mod fenced_write;
 mod inspect;
@@ -284,6 +285,7 @@ mod release;
 mod renew;
 
 pub(crate) use acquire::AcquireCall;
+pub(crate) use batch::{AcquireEntry, BatchCall, BatchEntry, ReleaseEntry};
 pub(crate) use break_lease::BreakCall;
 pub(crate) use fenced_write::FencedWriteCall;
 pub(crate) use inspect::InspectCall;
