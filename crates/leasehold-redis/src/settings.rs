@@ -178,7 +178,8 @@ impl RedisSettings {
     }
 
     /// Sets how many commands may be in flight at once; beyond it, calls return `Overloaded`
-    /// without sending (1 to 1,000,000).
+    /// without sending (1 to 1,000,000). Operations sent together as one command (acquires,
+    /// releases or renewals that start at once) count once.
     ///
     /// # Errors
     ///
