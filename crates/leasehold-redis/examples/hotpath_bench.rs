@@ -1,20 +1,26 @@
 //! `make bench`: the hot path side by side, in one process on one redis-server.
 //!
-//! Four locks, each acquired and released in a loop over one multiplexed connection:
+//! Five locks, each acquired and released in a loop over one multiplexed connection:
 //!
 //! - **leasehold**: `try_acquire` + `release` (one EVALSHA each, fenced, every guarantee on);
 //! - **fenced floor**: the least a fenced lease can do — one script that refuses a held key,
 //!   `INCR`s the fence counter and `SET`s the key with `PX`, and a compare-and-delete release;
 //! - **SET NX floor**: an unfenced lock, `SET NX PX` and the same compare-and-delete;
-//! - **rslock**: the `rslock` crate (Redlock on one server), which does no fencing.
+//! - **rslock**: the `rslock` crate (Redlock on one server), which does no fencing;
+//! - **its scripts**: leasehold's own `acquire.lua` and `release.lua`, run through plain
+//!   redis-rs `Script`s with keys and values of leasehold's shape, one call per operation
+//!   (never batched): it splits leasehold's distance from the floor into what the server's
+//!   scripts cost and what the library adds on the client.
 //!
 //! One task (latency p50 / p99, µs, over 8,000 cycles each, in blocks of 100 that take turns)
 //! and 64 tasks on distinct resources (cycles per second, in rounds that rotate the order of
-//! the four), so that drift on a loaded machine hits all of them alike; ratios to the fenced
+//! the five), so that drift on a loaded machine hits all of them alike; ratios to the fenced
 //! floor and to rslock. Prints figures; asserts nothing about them.
 //!
 //! `HOTPATH_PROFILE=leasehold` (or another lock's name) runs only that lock's 64-task load for
-//! 10 s instead, to profile it (`perf record -g`).
+//! 10 s instead, to profile it (`perf record -g`); `HOTPATH_ONE=leasehold` runs only that
+//! lock's one-task loop for 10 s and prints its p50. Runs of either are not comparable with
+//! each other (drift between runs is as large as the gaps): the side-by-side run is.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,9 +35,9 @@ use test_support::{RedisServer, cpu_time};
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const ROUNDS: usize = 3;
-/// One task's cycles per lock: [`ONE_TASK_BLOCKS`] blocks of [`ONE_TASK_BLOCK`], the four
+/// One task's cycles per lock: [`ONE_TASK_BLOCKS`] blocks of [`ONE_TASK_BLOCK`], the five
 /// locks' blocks taking turns, so that drift over the run (a p50 of about 200 µs on an idle
-/// machine is mostly wake-ups, and they vary) hits all four alike.
+/// machine is mostly wake-ups, and they vary) hits all five alike.
 const ONE_TASK_BLOCKS: usize = 80;
 const ONE_TASK_BLOCK: usize = 100;
 const TASKS: usize = 64;
@@ -53,13 +59,15 @@ enum Lock {
     FencedFloor,
     SetNxFloor,
     Rslock,
+    BareScripts,
 }
 
-const LOCKS: [Lock; 4] = [
+const LOCKS: [Lock; 5] = [
     Lock::Leasehold,
     Lock::FencedFloor,
     Lock::SetNxFloor,
     Lock::Rslock,
+    Lock::BareScripts,
 ];
 
 impl Lock {
@@ -69,11 +77,12 @@ impl Lock {
             Lock::FencedFloor => "fenced floor",
             Lock::SetNxFloor => "SET NX floor",
             Lock::Rslock => "rslock",
+            Lock::BareScripts => "its scripts",
         }
     }
 }
 
-/// Everything the four need, shared by the tasks.
+/// Everything the five need, shared by the tasks.
 struct Bench {
     client: RedisLeases,
     purpose: Purpose,
@@ -84,6 +93,9 @@ struct Bench {
     rslock: rslock::LockManager,
     serial: AtomicU64,
     server_pid: String,
+    lh_acquire: redis::Script,
+    lh_release: redis::Script,
+    lh_keys: Vec<(String, String, String)>,
 }
 
 impl Bench {
@@ -168,6 +180,33 @@ impl Bench {
                     .await
                     .map_err(|e| format!("rslock: {e:?}"))?;
                 self.rslock.unlock(&lock).await;
+            }
+            Lock::BareScripts => {
+                let (key, fence_key, channel) = &self.lh_keys[r];
+                let attempt = format!("{n:022}:bench");
+                let mut raw = self.raw.clone();
+                let granted: redis::Value = self
+                    .lh_acquire
+                    .key(key)
+                    .key(fence_key)
+                    .arg(&attempt)
+                    .arg(TTL_MS)
+                    .invoke_async(&mut raw)
+                    .await?;
+                let redis::Value::BulkString(fence) = granted else {
+                    return Err("its scripts: not granted".into());
+                };
+                let grant = format!("{}:{attempt}", String::from_utf8(fence)?);
+                let released: i64 = self
+                    .lh_release
+                    .key(key)
+                    .key(channel)
+                    .arg(grant)
+                    .invoke_async(&mut raw)
+                    .await?;
+                if released != 1 {
+                    return Err("its scripts: not released".into());
+                }
             }
         }
         Ok(())
@@ -261,6 +300,22 @@ async fn main() -> Res<()> {
         rslock: rslock::LockManager::new(vec![server.url()]),
         serial: AtomicU64::new(0),
         server_pid: server.pid().to_string(),
+        lh_acquire: redis::Script::new(include_str!("../lua/acquire.lua")),
+        lh_release: redis::Script::new(include_str!("../lua/release.lua")),
+        lh_keys: {
+            let layout = leasehold_redis::KeyLayout::new(&RedisSettings::default());
+            let purpose = Purpose::new("barebench")?;
+            (0..TASKS)
+                .map(|r| {
+                    let d = ResourceDigest::of(format!("r{r}"));
+                    (
+                        layout.lease_key(&purpose, &d),
+                        layout.fence_key(&purpose, &d),
+                        layout.release_channel(&purpose, &d),
+                    )
+                })
+                .collect()
+        },
     });
     // Warm every path (scripts cached, connections made) before measuring.
     for lock in LOCKS {
@@ -269,6 +324,26 @@ async fn main() -> Res<()> {
         }
     }
 
+    if let Ok(name) = std::env::var("HOTPATH_ONE") {
+        let lock = LOCKS
+            .into_iter()
+            .find(|l| l.name() == name)
+            .ok_or("HOTPATH_ONE names no lock")?;
+        let mut h = Histogram::<u64>::new_with_bounds(1, 10_000_000, 3)?;
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            let t = Instant::now();
+            bench.cycle(lock, 0).await?;
+            h.record(micros(t.elapsed()))?;
+        }
+        println!(
+            "{}: p50 {} µs over {}",
+            lock.name(),
+            h.value_at_quantile(0.5),
+            h.len()
+        );
+        return Ok(());
+    }
     if let Ok(name) = std::env::var("HOTPATH_PROFILE") {
         let lock = LOCKS
             .into_iter()
@@ -352,7 +427,8 @@ async fn main() -> Res<()> {
     }
     println!(
         "(the fenced floor: one script that refuses a held key, INCRs the fence and SETs PX, \
-         and a compare-and-delete; SET NX floor: unfenced; rslock: no fencing)"
+         and a compare-and-delete; SET NX floor: unfenced; rslock: no fencing; its scripts: \
+         leasehold's acquire.lua and release.lua through plain redis-rs, one call each)"
     );
     Ok(())
 }
