@@ -59,7 +59,7 @@ enum Lock {
     FencedFloor,
     SetNxFloor,
     Rslock,
-    BareScripts,
+    ItsScripts,
 }
 
 const LOCKS: [Lock; 5] = [
@@ -67,7 +67,7 @@ const LOCKS: [Lock; 5] = [
     Lock::FencedFloor,
     Lock::SetNxFloor,
     Lock::Rslock,
-    Lock::BareScripts,
+    Lock::ItsScripts,
 ];
 
 impl Lock {
@@ -77,9 +77,28 @@ impl Lock {
             Lock::FencedFloor => "fenced floor",
             Lock::SetNxFloor => "SET NX floor",
             Lock::Rslock => "rslock",
-            Lock::BareScripts => "its scripts",
+            Lock::ItsScripts => "its scripts",
         }
     }
+
+    /// The lock that `variable` names, for the modes that run one lock alone.
+    fn named(variable: &str) -> Res<Option<Lock>> {
+        let Ok(name) = std::env::var(variable) else {
+            return Ok(None);
+        };
+        match LOCKS.into_iter().find(|l| l.name() == name) {
+            Some(lock) => Ok(Some(lock)),
+            None => Err(format!("{variable} names no lock").into()),
+        }
+    }
+}
+
+/// Leasehold's own scripts, for the "its scripts" row, with each resource's keys built once.
+struct OwnScripts {
+    acquire: redis::Script,
+    release: redis::Script,
+    /// Each resource's lease key, fence counter key and release channel.
+    keys: Vec<(String, String, String)>,
 }
 
 /// Everything the five need, shared by the tasks.
@@ -93,9 +112,7 @@ struct Bench {
     rslock: rslock::LockManager,
     serial: AtomicU64,
     server_pid: String,
-    lh_acquire: redis::Script,
-    lh_release: redis::Script,
-    lh_keys: Vec<(String, String, String)>,
+    own: OwnScripts,
 }
 
 impl Bench {
@@ -181,12 +198,13 @@ impl Bench {
                     .map_err(|e| format!("rslock: {e:?}"))?;
                 self.rslock.unlock(&lock).await;
             }
-            Lock::BareScripts => {
-                let (key, fence_key, channel) = &self.lh_keys[r];
+            Lock::ItsScripts => {
+                let (key, fence_key, channel) = &self.own.keys[r];
                 let attempt = format!("{n:022}:bench");
                 let mut raw = self.raw.clone();
                 let granted: redis::Value = self
-                    .lh_acquire
+                    .own
+                    .acquire
                     .key(key)
                     .key(fence_key)
                     .arg(&attempt)
@@ -198,7 +216,8 @@ impl Bench {
                 };
                 let grant = format!("{}:{attempt}", String::from_utf8(fence)?);
                 let released: i64 = self
-                    .lh_release
+                    .own
+                    .release
                     .key(key)
                     .key(channel)
                     .arg(grant)
@@ -227,7 +246,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 async fn one_task(bench: &Bench) -> Res<Vec<Histogram<u64>>> {
     let mut histograms = Vec::with_capacity(LOCKS.len());
     for _ in LOCKS {
-        histograms.push(Histogram::<u64>::new_with_bounds(1, 10_000_000, 3)?);
+        histograms.push(latency_histogram()?);
     }
     for block in 0..ONE_TASK_BLOCKS {
         for k in 0..LOCKS.len() {
@@ -240,6 +259,11 @@ async fn one_task(bench: &Bench) -> Res<Vec<Histogram<u64>>> {
         }
     }
     Ok(histograms)
+}
+
+/// A histogram of latencies in µs, up to 10 s.
+fn latency_histogram() -> Res<Histogram<u64>> {
+    Ok(Histogram::new_with_bounds(1, 10_000_000, 3)?)
 }
 
 /// What one round of 64 tasks measured.
@@ -300,21 +324,23 @@ async fn main() -> Res<()> {
         rslock: rslock::LockManager::new(vec![server.url()]),
         serial: AtomicU64::new(0),
         server_pid: server.pid().to_string(),
-        lh_acquire: redis::Script::new(include_str!("../lua/acquire.lua")),
-        lh_release: redis::Script::new(include_str!("../lua/release.lua")),
-        lh_keys: {
-            let layout = leasehold_redis::KeyLayout::new(&RedisSettings::default());
-            let purpose = Purpose::new("barebench")?;
-            (0..TASKS)
-                .map(|r| {
-                    let d = ResourceDigest::of(format!("r{r}"));
-                    (
-                        layout.lease_key(&purpose, &d),
-                        layout.fence_key(&purpose, &d),
-                        layout.release_channel(&purpose, &d),
-                    )
-                })
-                .collect()
+        own: OwnScripts {
+            acquire: redis::Script::new(include_str!("../lua/acquire.lua")),
+            release: redis::Script::new(include_str!("../lua/release.lua")),
+            keys: {
+                let layout = leasehold_redis::KeyLayout::new(&RedisSettings::default());
+                let purpose = Purpose::new("barebench")?;
+                (0..TASKS)
+                    .map(|r| {
+                        let d = ResourceDigest::of(format!("r{r}"));
+                        (
+                            layout.lease_key(&purpose, &d),
+                            layout.fence_key(&purpose, &d),
+                            layout.release_channel(&purpose, &d),
+                        )
+                    })
+                    .collect()
+            },
         },
     });
     // Warm every path (scripts cached, connections made) before measuring.
@@ -324,12 +350,8 @@ async fn main() -> Res<()> {
         }
     }
 
-    if let Ok(name) = std::env::var("HOTPATH_ONE") {
-        let lock = LOCKS
-            .into_iter()
-            .find(|l| l.name() == name)
-            .ok_or("HOTPATH_ONE names no lock")?;
-        let mut h = Histogram::<u64>::new_with_bounds(1, 10_000_000, 3)?;
+    if let Some(lock) = Lock::named("HOTPATH_ONE")? {
+        let mut h = latency_histogram()?;
         let end = Instant::now() + Duration::from_secs(10);
         while Instant::now() < end {
             let t = Instant::now();
@@ -344,11 +366,7 @@ async fn main() -> Res<()> {
         );
         return Ok(());
     }
-    if let Ok(name) = std::env::var("HOTPATH_PROFILE") {
-        let lock = LOCKS
-            .into_iter()
-            .find(|l| l.name() == name)
-            .ok_or("HOTPATH_PROFILE names no lock")?;
+    if let Some(lock) = Lock::named("HOTPATH_PROFILE")? {
         let mut total = 0.0;
         for _ in 0..5 {
             total += many_tasks(&bench, lock).await?.cycles_per_second;
