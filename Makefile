@@ -2,7 +2,7 @@
 CARGO ?= cargo
 LIB_CRATES := -p leasehold -p leasehold-redis
 
-.PHONY: test unit lint docs features msrv demo bench soak redis test-valkey examples
+.PHONY: test unit lint docs features msrv demo bench bench-instructions soak redis test-valkey examples
 
 ## test: lint, docs, feature combinations, then every test against real redis-server
 ## processes the tests start (redis-server is installed first if it is missing).
@@ -88,6 +88,13 @@ bench: redis
 	$(CARGO) run -q --release -p leasehold-redis --example election_bench
 	$(CARGO) run -q --release -p leasehold-redis --example metrics_bench
 	$(CARGO) run -q --release -p leasehold-redis --features metrics --example metrics_bench
+
+## bench-instructions: redis-server's instructions per acquire+release cycle, counted by
+## callgrind (exact where wall-clock figures drift): the fenced floor's scripts, leasehold's
+## scripts and leasehold itself. Needs valgrind (apt-get install valgrind).
+bench-instructions: redis
+	@command -v valgrind >/dev/null || { echo "bench-instructions needs valgrind: apt-get install valgrind"; exit 1; }
+	$(CARGO) run -q --release -p leasehold-redis --example script_instructions
 
 ## soak: 100 forced Sentinel failovers per test (two tests, about 4 minutes), checking that no
 ## fence is ever handed out twice; prints the counts.
