@@ -64,24 +64,27 @@ local function release_one(lease_key, channel, grant_arg, sharded)
     -- ':': whatever fence the stored grant carries.
     wanted = (string.match(grant, '^(%d+):') or '') .. wanted
   end
-  -- The token and the operation are needed only for a grant with a minimum hold: read then.
-  local function record()
+  -- What a grant with a minimum hold is turned into on release; the token and the operation
+  -- are read only for such a grant. (Inline, not a helper function: a function is a closure
+  -- made anew on every run, which costs the server more than these lines.)
+  local record
+  if hold_until ~= '' then
     local fence, token, operation = string.match(wanted, '^(%d*):([^:]*):(.*)$')
-    return fence .. ':~' .. string.sub(redis.sha1hex(token), 1, 16) .. ':' .. operation
+    record = fence .. ':~' .. string.sub(redis.sha1hex(token), 1, 16) .. ':' .. operation
   end
   if grant ~= wanted then
-    if hold_until ~= '' and grant == record() then
+    if record and grant == record then
       return 1
     end
     return -1
   end
-  if hold_until ~= '' then
+  if record then
     local time = redis.call('TIME')
     local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
     -- Bounded by the longest hold a request may ask for, should the clock have stepped back.
     local left = math.min(math.ceil((tonumber(hold_until) - now_us) / 1000), MAX_HOLD_MS)
     if left > 0 then
-      redis.call('SET', lease_key, record() .. '\n' .. hold_until .. '\n' .. name, 'PX',
+      redis.call('SET', lease_key, record .. '\n' .. hold_until .. '\n' .. name, 'PX',
         string.format('%d', left))
       return 1
     end
