@@ -21,6 +21,8 @@
 //! 10 s instead, to profile it (`perf record -g`); `HOTPATH_ONE=leasehold` runs only that
 //! lock's one-task loop for 10 s and prints its p50. Runs of either are not comparable with
 //! each other (drift between runs is as large as the gaps): the side-by-side run is.
+//! `HOTPATH_ONE_TASK=1` runs only the side-by-side one-task half (about 10 s), for a quick
+//! comparison of two builds.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,6 +63,10 @@ enum Lock {
     Rslock,
     ItsScripts,
 }
+
+/// The indices in [`LOCKS`] of the two the others are compared with.
+const FLOOR: usize = 1;
+const RSLOCK: usize = 3;
 
 const LOCKS: [Lock; 5] = [
     Lock::Leasehold,
@@ -232,6 +238,16 @@ impl Bench {
     }
 }
 
+/// CPU time the calling thread has used, in ns (Linux's schedstat; 0 where there is none):
+/// the one-task loop runs on the main thread, so this is the client's work on the critical
+/// path of each cycle — wake-ups, which dominate the latency, are not in it.
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
 }
@@ -241,24 +257,40 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// One task's latencies per cycle, µs, one histogram per lock: the locks take turns, a block
-/// of cycles each, the first lock of each turn rotating.
-async fn one_task(bench: &Bench) -> Res<Vec<Histogram<u64>>> {
-    let mut histograms = Vec::with_capacity(LOCKS.len());
+/// What one task measured of one lock.
+struct OneTask {
+    /// Latency per cycle, µs.
+    latency: Histogram<u64>,
+    /// The calling thread's CPU per cycle, µs ([`thread_cpu_ns`]).
+    caller_us: f64,
+}
+
+/// One task's latencies per cycle, per lock: the locks take turns, a block of cycles each,
+/// the first lock of each turn rotating.
+async fn one_task(bench: &Bench) -> Res<Vec<OneTask>> {
+    let mut measured = Vec::with_capacity(LOCKS.len());
     for _ in LOCKS {
-        histograms.push(latency_histogram()?);
+        measured.push(OneTask {
+            latency: latency_histogram()?,
+            caller_us: 0.0,
+        });
     }
     for block in 0..ONE_TASK_BLOCKS {
         for k in 0..LOCKS.len() {
             let i = (k + block) % LOCKS.len();
+            let cpu_before = thread_cpu_ns();
             for _ in 0..ONE_TASK_BLOCK {
                 let t = Instant::now();
                 bench.cycle(LOCKS[i], 0).await?;
-                histograms[i].record(micros(t.elapsed()))?;
+                measured[i].latency.record(micros(t.elapsed()))?;
             }
+            measured[i].caller_us += thread_cpu_ns().saturating_sub(cpu_before) as f64 / 1e3;
         }
     }
-    Ok(histograms)
+    for m in &mut measured {
+        m.caller_us /= (ONE_TASK_BLOCKS * ONE_TASK_BLOCK) as f64;
+    }
+    Ok(measured)
 }
 
 /// A histogram of latencies in µs, up to 10 s.
@@ -380,15 +412,28 @@ async fn main() -> Res<()> {
         println!("{stats}");
         return Ok(());
     }
-    let latencies = one_task(&bench).await?;
-    let p50: Vec<f64> = latencies
+    let one = one_task(&bench).await?;
+    let p50: Vec<f64> = one
         .iter()
-        .map(|h| h.value_at_quantile(0.50) as f64)
+        .map(|m| m.latency.value_at_quantile(0.50) as f64)
         .collect();
-    let p99: Vec<f64> = latencies
+    let p99: Vec<f64> = one
         .iter()
-        .map(|h| h.value_at_quantile(0.99) as f64)
+        .map(|m| m.latency.value_at_quantile(0.99) as f64)
         .collect();
+    if std::env::var_os("HOTPATH_ONE_TASK").is_some() {
+        for (i, lock) in LOCKS.iter().enumerate() {
+            println!(
+                "{:<14} p50 {:>4.0} µs  p99 {:>4.0} µs  p50 / floor {:.2}x  caller CPU {:.2} µs",
+                lock.name(),
+                p50[i],
+                p99[i],
+                p50[i] / p50[FLOOR],
+                one[i].caller_us
+            );
+        }
+        return Ok(());
+    }
     let mut rate = vec![Vec::new(); LOCKS.len()];
     let mut server_us = vec![Vec::new(); LOCKS.len()];
     let mut client_us = vec![Vec::new(); LOCKS.len()];
@@ -404,8 +449,7 @@ async fn main() -> Res<()> {
     let rate: Vec<f64> = rate.into_iter().map(median).collect();
     let server_us: Vec<f64> = server_us.into_iter().map(median).collect();
     let client_us: Vec<f64> = client_us.into_iter().map(median).collect();
-    let floor = 1; // index of the fenced floor
-    let rs = 3; // index of rslock
+    let (floor, rs) = (FLOOR, RSLOCK);
 
     println!(
         "hot path: acquire + release, one redis-server on loopback; 1 task: {} cycles each in \
@@ -433,14 +477,18 @@ async fn main() -> Res<()> {
             rate[i] / rate[rs],
         );
     }
-    println!("CPU per cycle under the 64-task load, µs (from /proc, 10 ms ticks):");
+    println!(
+        "CPU per cycle, µs: under the 64-task load (from /proc, 10 ms ticks), and one task's \
+         calling thread (its critical path, wake-ups aside)"
+    );
     for (i, lock) in LOCKS.iter().enumerate() {
         println!(
-            "{:<14} server {:>5.1}  client {:>5.1}  total {:>5.1}",
+            "{:<14} server {:>5.1}  client {:>5.1}  total {:>5.1}   1 task: caller {:>5.1}",
             lock.name(),
             server_us[i],
             client_us[i],
-            server_us[i] + client_us[i]
+            server_us[i] + client_us[i],
+            one[i].caller_us
         );
     }
     println!(
