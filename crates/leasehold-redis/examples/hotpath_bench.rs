@@ -46,14 +46,9 @@ const TASKS: usize = 64;
 const WINDOW: Duration = Duration::from_secs(2);
 const TTL_MS: u64 = 10_000;
 
-const FLOOR_ACQUIRE: &str = "\
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local fence = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
-return fence";
-const FLOOR_RELEASE: &str = "\
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0";
+/// The fenced floor's scripts (`examples/floor/`), shared by hotpath_bench and script_instructions.
+const FLOOR_ACQUIRE: &str = include_str!("floor/acquire.lua");
+const FLOOR_RELEASE: &str = include_str!("floor/release.lua");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Lock {
