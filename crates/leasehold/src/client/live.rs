@@ -81,13 +81,6 @@ impl<B: LeaseBackend> LiveGrants<B> {
         (found, key)
     }
 
-    /// Returns the key of the grant `request` was given `fence` for, for
-    /// [`register`](Self::register): what [`find`](Self::find) returns with it, for a new
-    /// grant, which no handle can hold yet and so needs no lookup.
-    pub(super) fn key(request: &LeaseRequest, fence: FenceToken) -> GrantKey {
-        grant_key(request, fence)
-    }
-
     /// Records `handle` as the one for the grant whose key [`find`](Self::find) returned, and
     /// now and then forgets the handles that have been dropped.
     pub(super) fn register(&mut self, key: GrantKey, handle: &LeaseHandle<B>) {

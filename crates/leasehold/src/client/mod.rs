@@ -201,21 +201,15 @@ impl<B: LeaseBackend> LeaseClient<B> {
         // any local queueing are deducted from the lease, never added to it.
         let sent_at = self.clock.now();
         let reply = self.backend.acquire(request).await;
-        let handle = |reply: GrantReply, replayed: bool| {
+        let handle = |reply: GrantReply| {
             let fence = reply.fence;
             let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-            let key = if replayed {
-                let (found, key) = live.find(request, fence);
-                if let Some(existing) = found {
-                    // The same grant again: one state for every handle of it.
-                    existing.confirm(reply.server_ttl, sent_at);
-                    return existing;
-                }
-                key
-            } else {
-                // A new grant, with a fence never issued before: no handle holds it yet.
-                LiveGrants::<B>::key(request, fence)
-            };
+            let (found, key) = live.find(request, fence);
+            if let Some(existing) = found {
+                // The same grant again (a replay): one state for every handle of it.
+                existing.confirm(reply.server_ttl, sent_at);
+                return existing;
+            }
             let handle = LeaseHandle::new(
                 Arc::clone(&self.backend),
                 Arc::clone(&self.clock),
@@ -227,8 +221,8 @@ impl<B: LeaseBackend> LeaseClient<B> {
             handle
         };
         match reply {
-            AcquireReply::Granted(grant) => AcquireOutcome::Acquired(handle(grant, false)),
-            AcquireReply::Replayed(grant) => AcquireOutcome::Replayed(handle(grant, true)),
+            AcquireReply::Granted(grant) => AcquireOutcome::Acquired(handle(grant)),
+            AcquireReply::Replayed(grant) => AcquireOutcome::Replayed(handle(grant)),
             AcquireReply::Contended(c) => AcquireOutcome::Contended(c),
             AcquireReply::OwnerOperationConflict(c) => AcquireOutcome::OwnerOperationConflict(c),
             AcquireReply::Failed(Failure::Indeterminate(cause)) => AcquireOutcome::Indeterminate {
