@@ -235,7 +235,8 @@ impl Bench {
 
 /// CPU time the calling thread has used, in ns (Linux's schedstat; 0 where there is none):
 /// the one-task loop runs on the main thread, so this is the client's work on the critical
-/// path of each cycle — wake-ups, which dominate the latency, are not in it.
+/// path of each cycle, parking and waking included; the time spent waiting for the reply,
+/// which is most of the latency, is not in it.
 fn thread_cpu_ns() -> u64 {
     std::fs::read_to_string("/proc/thread-self/schedstat")
         .ok()
@@ -444,7 +445,6 @@ async fn main() -> Res<()> {
     let rate: Vec<f64> = rate.into_iter().map(median).collect();
     let server_us: Vec<f64> = server_us.into_iter().map(median).collect();
     let client_us: Vec<f64> = client_us.into_iter().map(median).collect();
-    let (floor, rs) = (FLOOR, RSLOCK);
 
     println!(
         "hot path: acquire + release, one redis-server on loopback; 1 task: {} cycles each in \
@@ -465,16 +465,16 @@ async fn main() -> Res<()> {
             lock.name(),
             p50[i],
             p99[i],
-            p50[i] / p50[floor],
-            p50[i] / p50[rs],
+            p50[i] / p50[FLOOR],
+            p50[i] / p50[RSLOCK],
             rate[i],
-            rate[i] / rate[floor],
-            rate[i] / rate[rs],
+            rate[i] / rate[FLOOR],
+            rate[i] / rate[RSLOCK],
         );
     }
     println!(
         "CPU per cycle, µs: under the 64-task load (from /proc, 10 ms ticks), and one task's \
-         calling thread (its critical path, wake-ups aside)"
+         calling thread (its work on the critical path, not its waiting)"
     );
     for (i, lock) in LOCKS.iter().enumerate() {
         println!(
