@@ -111,7 +111,8 @@ impl Counted {
         loop {
             let now = dumps(&self.dir)?;
             if let Some(newest) = now.iter().find(|p| !before.contains(p)) {
-                // The dump is written whole before callgrind_control returns; read it then.
+                // callgrind_control returns once callgrind reports the dump done, so a file
+                // that has appeared is whole; the loop only waits for it to appear.
                 let text = std::fs::read_to_string(newest)?;
                 let total = text
                     .lines()
