@@ -431,6 +431,10 @@ async fn fences_are_exact_at_every_edge_of_their_range() {
         100_000_000_000_000,
         (1 << 53) - 1,
         1 << 53,
+        // Above the clock (until 2286): the successor carries through every digit, and
+        // through the last three.
+        10u64.pow(16) - 1,
+        10u64.pow(17) + 999,
         top - 1,
     ]
     .into_iter()
