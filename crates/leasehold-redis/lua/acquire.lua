@@ -69,106 +69,128 @@
 --                             "counter-value" or "fence-range"
 local TOP = '9223372036854775807'
 
--- No helper functions but grant_one: the body of a script runs anew on every call, and each
--- function it defines is a closure made and collected each time, which costs the server more
--- than the few lines it saves. Decimals without leading zeros are compared inline, by length
--- first; the counter's successor is computed only on the rare path that needs it.
-
+-- No helper functions: the body of a script runs anew on every call, and each function it
+-- defines is a closure made and collected each time, which costs the server more than the
+-- lines it saves (D45). One loop grants every lease of the call, a single one included, and
+-- an entry's reply is set and the loop body left with `break` (Lua 5.1 has no goto): the
+-- `repeat ... until true` around it runs once. Decimals without leading zeros are compared
+-- inline, by length first; the counter's successor is computed only on the rare path that
+-- needs it. Checks that a grant never needs (the type of a key found, say) come after the
+-- grant's path, so that it calls no more Lua functions than it must.
+local n = #KEYS / 2
+local replies = n ~= 1 and {}
 -- The server's clock, read once per call: every grant of a batch is made at the same instant
 -- (the script runs atomically), and TIME is the dearest call a grant makes.
 local time
-
--- Grants one lease: the whole of a single call, and one entry of a batch.
-local function grant_one(lease_key, counter_key, attempt, ttl, hold, name)
-  -- A GET that reports a key of another type instead of raising WRONGTYPE.
-  local current = redis.pcall('GET', lease_key)
-  if type(current) == 'table' then
-    return {-2, 'lease-type'}
+for i = 1, n do
+  local lease_key, counter_key, attempt, ttl = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1],
+    ARGV[2 * i]
+  local hold, name = '0', ''
+  if n == 1 then
+    hold, name = ARGV[3] or '0', ARGV[4] or ''
   end
-  if not current then
-    time = time or redis.call('TIME')
-    local now = time[1] .. string.rep('0', 6 - #time[2]) .. time[2]
-    -- One call reads the counter and moves it to the clock, which is the new fence unless the
-    -- counter is already there or beyond (two grants in one microsecond, a clock stepped back):
-    -- then the counter's successor is, set below. A counter of another type makes SET ... GET
-    -- fail without setting anything; one that is not a fence is put back as it was.
-    local counter = redis.pcall('SET', counter_key, now, 'GET')
-    if type(counter) == 'table' then
-      return {-2, 'counter-type'}
-    end
-    counter = counter or '0'
-    if counter ~= '0'
-      and (not string.find(counter, '^[1-9]%d*$')
-        or #counter > #TOP or (#counter == #TOP and counter > TOP)) then
-      redis.call('SET', counter_key, counter)
-      return {-2, 'counter-value'}
-    end
-    if counter == TOP then
-      redis.call('SET', counter_key, counter)
-      return {-2, 'fence-range'}
-    end
-    local fence = now
-    if #counter > #now or (#counter == #now and counter >= now) then
-      -- The counter is not below the clock: the fence is its successor, counter + 1.
-      local i = #counter
-      while i > 0 and string.byte(counter, i) == 57 do
-        i = i - 1
+  local reply
+  repeat
+    -- A GET that reports a key of another type (a table, looked at below) instead of raising
+    -- WRONGTYPE.
+    local current = redis.pcall('GET', lease_key)
+    if not current then
+      time = time or redis.call('TIME')
+      local us = time[2]
+      if #us < 6 then
+        us = string.rep('0', 6 - #us) .. us
       end
-      if i == 0 then
-        fence = '1' .. string.rep('0', #counter)
-      else
-        fence = string.sub(counter, 1, i - 1) .. string.char(string.byte(counter, i) + 1)
-          .. string.rep('0', #counter - i)
+      local now = time[1] .. us
+      -- One call reads the counter and moves it to the clock, which is the new fence unless
+      -- the counter is already there or beyond (two grants in one microsecond, a clock stepped
+      -- back): then the counter's successor is, set below. A counter of another type makes
+      -- SET ... GET fail without setting anything; one that is not a fence is put back as it
+      -- was. A failure is a table with an `err` field; a string has none (its `err` is the
+      -- string library's, which there is not), and asking costs less than calling type().
+      local counter = redis.pcall('SET', counter_key, now, 'GET')
+      if counter and counter.err then
+        reply = {-2, 'counter-type'}
+        break
       end
-      redis.call('SET', counter_key, fence)
-    end
-    local value = fence .. ':' .. attempt
-    -- Strings, not Lua numbers, go to SET: a number would be formatted by Redis.
-    local px = ttl
-    if hold ~= '0' or name ~= '' then
-      local hold_until = ''
-      if hold ~= '0' then
-        -- Microseconds are below 2^53 until the year 2255, so a double holds them exactly.
-        local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-        hold_until = string.format('%.0f', now_us + tonumber(hold) * 1000)
-        if tonumber(hold) > tonumber(ttl) then
-          px = hold
+      counter = counter or '0'
+      if counter ~= '0'
+        and (not string.find(counter, '^[1-9]%d*$')
+          or #counter > #TOP or (#counter == #TOP and counter > TOP)) then
+        redis.call('SET', counter_key, counter)
+        reply = {-2, 'counter-value'}
+        break
+      end
+      if counter == TOP then
+        redis.call('SET', counter_key, counter)
+        reply = {-2, 'fence-range'}
+        break
+      end
+      local fence = now
+      if #counter > #now or (#counter == #now and counter >= now) then
+        -- The counter is not below the clock: the fence is its successor, counter + 1.
+        local d = #counter
+        while d > 0 and string.byte(counter, d) == 57 do
+          d = d - 1
         end
+        if d == 0 then
+          fence = '1' .. string.rep('0', #counter)
+        else
+          fence = string.sub(counter, 1, d - 1) .. string.char(string.byte(counter, d) + 1)
+            .. string.rep('0', #counter - d)
+        end
+        redis.call('SET', counter_key, fence)
       end
-      value = value .. '\n' .. hold_until .. '\n' .. name
+      local value = fence .. ':' .. attempt
+      -- Strings, not Lua numbers, go to SET: a number would be formatted by Redis.
+      local px = ttl
+      if hold ~= '0' or name ~= '' then
+        local hold_until = ''
+        if hold ~= '0' then
+          -- Microseconds are below 2^53 until the year 2255, so a double holds them exactly.
+          local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+          hold_until = string.format('%.0f', now_us + tonumber(hold) * 1000)
+          if tonumber(hold) > tonumber(ttl) then
+            px = hold
+          end
+        end
+        value = value .. '\n' .. hold_until .. '\n' .. name
+      end
+      redis.call('SET', lease_key, value, 'PX', px)
+      reply = fence
+      break
     end
-    redis.call('SET', lease_key, value, 'PX', px)
-    return fence
+    if current.err then
+      reply = {-2, 'lease-type'}
+      break
+    end
+    local pttl = redis.call('PTTL', lease_key)
+    -- The grant is what comes before the first newline; the name follows the second.
+    local grant, holder_name = string.match(current, '^([^\n]*)\n%d*\n(.*)$')
+    if not grant then
+      grant, holder_name = current, ''
+    end
+    local fence, token, operation = string.match(grant, '^(%d+):([^:]+):(.*)$')
+    if not fence then
+      reply = {0, '0', pttl, '', '', 0}
+      break
+    end
+    if string.sub(token, 1, 1) == '~' then
+      -- Released before its hold ended: no one's grant, and never this attempt's again.
+      reply = {0, fence, pttl, string.sub(token, 2), holder_name, 1}
+      break
+    end
+    local holder = string.sub(redis.sha1hex(token), 1, 16)
+    if token .. ':' .. operation == attempt then
+      reply = {2, fence, pttl}
+    elseif token == string.match(attempt, '^[^:]*') then
+      reply = {3, fence, pttl, holder, holder_name, 0}
+    else
+      reply = {0, fence, pttl, holder, holder_name, 0}
+    end
+  until true
+  if n == 1 then
+    return reply
   end
-  local pttl = redis.call('PTTL', lease_key)
-  -- The grant is what comes before the first newline; the name follows the second.
-  local grant, name = string.match(current, '^([^\n]*)\n%d*\n(.*)$')
-  if not grant then
-    grant, name = current, ''
-  end
-  local fence, token, operation = string.match(grant, '^(%d+):([^:]+):(.*)$')
-  if not fence then
-    return {0, '0', pttl, '', '', 0}
-  end
-  if string.sub(token, 1, 1) == '~' then
-    -- Released before its hold ended: no one's grant, and never this attempt's again.
-    return {0, fence, pttl, string.sub(token, 2), name, 1}
-  end
-  local holder = string.sub(redis.sha1hex(token), 1, 16)
-  if token .. ':' .. operation == attempt then
-    return {2, fence, pttl}
-  end
-  if token == string.match(attempt, '^[^:]*') then
-    return {3, fence, pttl, holder, name, 0}
-  end
-  return {0, fence, pttl, holder, name, 0}
-end
-
-if #KEYS == 2 then
-  return grant_one(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3] or '0', ARGV[4] or '')
-end
-local replies = {}
-for i = 1, #KEYS / 2 do
-  replies[i] = grant_one(KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1], ARGV[2 * i], '0', '')
+  replies[i] = reply
 end
 return replies

@@ -42,71 +42,82 @@
 --   -1     another grant, or a value of another type, holds the key; it was left alone
 local MAX_HOLD_MS = 86400000
 
--- Releases one grant: the whole of a single call, and one entry of a batch.
-local function release_one(lease_key, channel, grant_arg, sharded)
-  local current = redis.pcall('GET', lease_key)
-  if type(current) == 'table' then
-    return -1
-  end
-  if not current then
-    return 0
-  end
-  -- Most values have no newline (neither a hold nor a name): no pattern is matched for them.
-  local grant, hold_until, name = current, '', ''
-  if string.find(current, '\n', 1, true) then
-    grant, hold_until, name = string.match(current, '^([^\n]*)\n(%d*)\n(.*)$')
-    if not grant then
-      grant, hold_until, name = current, '', ''
+-- No helper functions (see acquire.lua): one loop releases every grant of the call, a single
+-- one included, and an entry's reply is set and the loop body left with `break`.
+local n = #KEYS / 2
+local replies = n ~= 1 and {}
+for i = 1, n do
+  local lease_key, channel, grant_arg = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i]
+  local sharded = n == 1 and ARGV[2] == '1'
+  local reply = 1
+  repeat
+    -- A GET that reports a key of another type instead of raising WRONGTYPE.
+    local current = redis.pcall('GET', lease_key)
+    local grant = current
+    -- Most often the stored value is exactly the grant (neither a hold nor a name): nothing
+    -- else is looked at. A grant never holds a newline, and a stored value never starts with
+    -- ':', so a value equal to the argument is a grant to delete.
+    if current ~= grant_arg then
+      if not current then
+        reply = 0
+        break
+      end
+      if current.err then
+        reply = -1
+        break
+      end
+      local hold_until, name = '', ''
+      if string.find(current, '\n', 1, true) then
+        grant, hold_until, name = string.match(current, '^([^\n]*)\n(%d*)\n(.*)$')
+        if not grant then
+          grant, hold_until, name = current, '', ''
+        end
+      end
+      local wanted = grant_arg
+      if string.byte(wanted, 1) == 58 then
+        -- ':': whatever fence the stored grant carries.
+        wanted = (string.match(grant, '^(%d+):') or '') .. wanted
+      end
+      -- What a grant with a minimum hold is turned into on release; the token and the
+      -- operation are read only for such a grant.
+      local record
+      if hold_until ~= '' then
+        local fence, token, operation = string.match(wanted, '^(%d*):([^:]*):(.*)$')
+        record = fence .. ':~' .. string.sub(redis.sha1hex(token), 1, 16) .. ':' .. operation
+      end
+      if grant ~= wanted then
+        if not (record and grant == record) then
+          reply = -1
+        end
+        break
+      end
+      if record then
+        local time = redis.call('TIME')
+        local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+        -- Bounded by the longest hold a request may ask for, should the clock have stepped
+        -- back.
+        local left = math.min(math.ceil((tonumber(hold_until) - now_us) / 1000), MAX_HOLD_MS)
+        if left > 0 then
+          redis.call('SET', lease_key, record .. '\n' .. hold_until .. '\n' .. name, 'PX',
+            string.format('%d', left))
+          break
+        end
+      end
     end
-  end
-  local wanted = grant_arg
-  if string.byte(wanted, 1) == 58 then
-    -- ':': whatever fence the stored grant carries.
-    wanted = (string.match(grant, '^(%d+):') or '') .. wanted
-  end
-  -- What a grant with a minimum hold is turned into on release; the token and the operation
-  -- are read only for such a grant. (Inline, not a helper function: a function is a closure
-  -- made anew on every run, which costs the server more than these lines.)
-  local record
-  if hold_until ~= '' then
-    local fence, token, operation = string.match(wanted, '^(%d*):([^:]*):(.*)$')
-    record = fence .. ':~' .. string.sub(redis.sha1hex(token), 1, 16) .. ':' .. operation
-  end
-  if grant ~= wanted then
-    if record and grant == record then
-      return 1
+    redis.call('DEL', lease_key)
+    local fence = string.match(grant, '^%d+')
+    -- The announcement is a hint that wakes waiters early. It must not turn a release that
+    -- deleted the key into an error: an ACL that forbids the channel (Redis 7 gives a new user
+    -- no channels) would make the reply say the release may not have happened.
+    if sharded then
+      redis.pcall('SPUBLISH', channel, fence)
+    else
+      redis.pcall('PUBLISH', channel, fence)
     end
-    return -1
+  until true
+  if n == 1 then
+    return reply
   end
-  if record then
-    local time = redis.call('TIME')
-    local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-    -- Bounded by the longest hold a request may ask for, should the clock have stepped back.
-    local left = math.min(math.ceil((tonumber(hold_until) - now_us) / 1000), MAX_HOLD_MS)
-    if left > 0 then
-      redis.call('SET', lease_key, record .. '\n' .. hold_until .. '\n' .. name, 'PX',
-        string.format('%d', left))
-      return 1
-    end
-  end
-  redis.call('DEL', lease_key)
-  local fence = string.match(grant, '^%d+')
-  -- The announcement is a hint that wakes waiters early. It must not turn a release that
-  -- deleted the key into an error: an ACL that forbids the channel (Redis 7 gives a new user no
-  -- channels) would make the reply say the release may not have happened.
-  if sharded == '1' then
-    redis.pcall('SPUBLISH', channel, fence)
-  else
-    redis.pcall('PUBLISH', channel, fence)
-  end
-  return 1
-end
-
-if #KEYS == 2 then
-  return release_one(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
-end
-local replies = {}
-for i = 1, #KEYS / 2 do
-  replies[i] = release_one(KEYS[2 * i - 1], KEYS[2 * i], ARGV[i], '0')
+  replies[i] = reply
 end
 return replies

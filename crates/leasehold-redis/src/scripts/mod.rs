@@ -366,8 +366,8 @@ mod tests {
     }
 
     /// The first half of [`mismatch`]: the header lists exactly the call's fields, in order,
-    /// each named as the field. For a script whose entries repeat per grant (`renew.lua`,
-    /// read by index arithmetic), this is the whole check.
+    /// each named as the field. For a script whose entries repeat per entry, read in a loop
+    /// by index arithmetic, [`check_repeated`] adds [`unlisted`] to it.
     fn misnamed(source: &str, table: &str, fields: &[&str]) -> Option<String> {
         let entries = header(source, table);
         let listed: Vec<usize> = entries.iter().map(|(n, _)| *n).collect();
@@ -401,11 +401,26 @@ mod tests {
         }
     }
 
-    /// [`check`] for a script whose keys and arguments repeat once per grant.
+    /// Tells which entries the code of a script read in a loop (by index arithmetic) reads by
+    /// a literal index that its header does not list, if any; an optional argument of the
+    /// single call is read so.
+    fn unlisted(source: &str, table: &str, fields: &[&str]) -> Option<String> {
+        let unlisted: Vec<usize> = used(source, table)
+            .into_iter()
+            .filter(|n| !(1..=fields.len()).contains(n))
+            .collect();
+        (!unlisted.is_empty())
+            .then(|| format!("the code reads {table} {unlisted:?}, which the header does not list"))
+    }
+
+    /// [`check`] for a script whose keys and arguments repeat once per entry, read in a loop:
+    /// the header names them as [`misnamed`] says, and [`unlisted`] finds nothing.
     fn check_repeated<C: ScriptCall>() {
         let script = C::script();
         for (table, fields) in [("KEYS", C::KEYS), ("ARGV", C::ARGV)] {
-            if let Some(mismatch) = misnamed(script.source, table, fields) {
+            let found = misnamed(script.source, table, fields)
+                .or_else(|| unlisted(script.source, table, fields));
+            if let Some(mismatch) = found {
                 panic!("lua/{}.lua: {mismatch}", script.name);
             }
         }
@@ -413,9 +428,9 @@ mod tests {
 
     #[test]
     fn each_header_lists_its_calls_keys_and_arguments_in_order() {
-        check::<AcquireCall<'_>>();
+        check_repeated::<AcquireCall<'_>>();
         check_repeated::<RenewCall<'_>>();
-        check::<ReleaseCall<'_>>();
+        check_repeated::<ReleaseCall<'_>>();
         check::<InspectCall<'_>>();
         check::<FencedWriteCall<'_>>();
         check::<BreakCall>();
@@ -442,6 +457,15 @@ mod tests {
         assert!(mismatch(&reads_more, "ARGV", &fields).is_some());
         let reads_less = good.replace(", ARGV[2]}", "}");
         assert!(mismatch(&reads_less, "ARGV", &fields).is_some());
+        // In a loop, reads by index arithmetic are not counted; a literal one must be listed.
+        let looped = good.replace(
+            "{KEYS[1], ARGV[1], ARGV[2]}",
+            "{KEYS[i], ARGV[2 * i], ARGV[2]}",
+        );
+        assert_eq!(unlisted(&looped, "KEYS", &["lease_key"]), None);
+        assert_eq!(unlisted(&looped, "ARGV", &fields), None);
+        let reads_unlisted = looped.replace("ARGV[2]}", "ARGV[3]}");
+        assert!(unlisted(&reads_unlisted, "ARGV", &fields).is_some());
     }
 
     #[test]
