@@ -25,41 +25,49 @@
 --   -1         another grant, or a value of another type, holds the key
 local MAX_HOLD_MS = 86400000
 
-local function renew(key, wanted, ttl)
-  local current = redis.pcall('GET', key)
-  if type(current) == 'table' then
-    return -1
-  end
-  if not current then
-    return 0
-  end
-  -- Most values have no newline (neither a hold nor a name): no pattern is matched for them.
-  local grant, hold_until = current, ''
-  if string.find(current, '\n', 1, true) then
-    grant, hold_until = string.match(current, '^([^\n]*)\n(%d*)\n')
-    if not grant then
-      grant, hold_until = current, ''
-    end
-  end
-  if grant ~= wanted then
-    return -1
-  end
-  if hold_until ~= '' then
-    local time = redis.call('TIME')
-    local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-    -- Bounded by the longest hold a request may ask for, should the clock have stepped back.
-    local left = math.min(math.ceil((tonumber(hold_until) - now_us) / 1000), MAX_HOLD_MS)
-    if left > tonumber(ttl) then
-      ttl = string.format('%d', left)
-    end
-  end
-  redis.call('PEXPIRE', key, ttl)
-  return tonumber(ttl)
-end
-
+-- No helper functions (see acquire.lua): one loop renews every grant of the call, and an
+-- entry's reply is set and the loop body left with `break`.
 local replies = {}
 for i = 1, #KEYS do
-  local a = 2 * (i - 1)
-  replies[i] = renew(KEYS[i], ARGV[a + 1], ARGV[a + 2])
+  local key, wanted, ttl = KEYS[i], ARGV[2 * i - 1], ARGV[2 * i]
+  local reply = -1
+  repeat
+    -- A GET that reports a key of another type instead of raising WRONGTYPE.
+    local current = redis.pcall('GET', key)
+    -- Most often the stored value is exactly the grant (neither a hold nor a name): nothing
+    -- else is looked at.
+    if current ~= wanted then
+      if not current then
+        reply = 0
+        break
+      end
+      if current.err then
+        break
+      end
+      local grant, hold_until = current, ''
+      if string.find(current, '\n', 1, true) then
+        grant, hold_until = string.match(current, '^([^\n]*)\n(%d*)\n')
+        if not grant then
+          grant, hold_until = current, ''
+        end
+      end
+      if grant ~= wanted then
+        break
+      end
+      if hold_until ~= '' then
+        local time = redis.call('TIME')
+        local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+        -- Bounded by the longest hold a request may ask for, should the clock have stepped
+        -- back.
+        local left = math.min(math.ceil((tonumber(hold_until) - now_us) / 1000), MAX_HOLD_MS)
+        if left > tonumber(ttl) then
+          ttl = string.format('%d', left)
+        end
+      end
+    end
+    redis.call('PEXPIRE', key, ttl)
+    reply = tonumber(ttl)
+  until true
+  replies[i] = reply
 end
 return replies
