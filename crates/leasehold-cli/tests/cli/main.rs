@@ -47,7 +47,20 @@ mod usage;
 
 /// A `leasehold` command with a clean environment for its own variables.
 fn leasehold(url: &str) -> Command {
-    let mut command = Command::new(BIN);
+    leasehold_under(&[], url)
+}
+
+/// [`leasehold`] run by another program: `wrapper` is that program and its arguments
+/// (`valgrind --tool=none`), followed by the binary; none runs it directly.
+fn leasehold_under(wrapper: &[&str], url: &str) -> Command {
+    let mut command = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(BIN);
+            command
+        }
+        None => Command::new(BIN),
+    };
     // Every LEASEHOLD_* variable sets a flag: none of the test runner's may leak in.
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("LEASEHOLD_") {

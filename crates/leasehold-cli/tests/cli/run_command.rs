@@ -172,3 +172,33 @@ fn nothing_the_command_leaves_behind_outlives_the_lease() {
     assert!(done.stderr.contains("left processes"), "{done:#?}");
     assert_eq!(server.cmd(&["EXISTS", &lease_key("r")]), Reply::Int(0));
 }
+
+/// Someone profiling their program with valgrind must not see it crash. rustix's own backend
+/// found the vDSO through the auxiliary vector, which valgrind lays out otherwise, and the
+/// first clock read died of SIGSEGV (rustix#1559); the workspace builds rustix on libc.
+/// `make test` installs valgrind when it is missing.
+#[test]
+fn it_runs_under_valgrind() {
+    let server = RedisServer::start();
+    let found = Command::new("valgrind").arg("--version").output();
+    assert!(
+        found.is_ok_and(|out| out.status.success()),
+        "valgrind is not installed: apt-get install -y valgrind (make test installs it)"
+    );
+    let mut command = leasehold_under(&["valgrind", "--tool=none", "-q"], &server.url());
+    command.args([
+        "run",
+        "profiled/job",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_FENCE",
+    ]);
+    let done = run_to_end(command);
+    done.assert_code(0);
+    assert_eq!(
+        fence_counter(&server, "profiled/job"),
+        Some(done.stdout.trim().to_owned()),
+        "{done:#?}"
+    );
+}
