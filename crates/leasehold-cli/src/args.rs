@@ -119,8 +119,40 @@ pub(crate) enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff): `leasehold man > /usr/local/share/man/man1/leasehold.1`.
-    Man,
+    /// Print a man page (roff): `leasehold man > /usr/local/share/man/man1/leasehold.1`, and
+    /// `leasehold man run > /usr/local/share/man/man1/leasehold-run.1` for a subcommand's.
+    Man {
+        /// The subcommand whose page to print, leasehold-COMMAND(1); without one, leasehold(1).
+        #[arg(value_parser = clap::builder::PossibleValuesParser::new(MAN_PAGES))]
+        command: Option<String>,
+    },
+}
+
+/// The subcommands with a man page of their own: every one but `help`, as the top-level
+/// page lists them (a test checks the two agree).
+pub(crate) const MAN_PAGES: [&str; 7] = [
+    "run",
+    "inspect",
+    "list",
+    "break",
+    "demo",
+    "completions",
+    "man",
+];
+
+/// The man page of `leasehold` (`None`) or of one of its subcommands, from the same
+/// definitions as `--help`; `help` is left out of the pages, which list the subcommands.
+pub(crate) fn man_page(subcommand: Option<&str>) -> Option<clap_mangen::Man> {
+    let top = command().mut_subcommand("help", |help| help.hide(true));
+    let page = match subcommand {
+        None => top,
+        Some(name) => top
+            .find_subcommand(name)
+            .filter(|page| !page.is_hide_set())?
+            .clone(),
+    };
+    // The footer names the program and its version on every page, not the subcommand.
+    Some(clap_mangen::Man::new(page).source(concat!("leasehold ", env!("CARGO_PKG_VERSION"))))
 }
 
 const RUN_LONG_ABOUT: &str = "\
@@ -340,6 +372,24 @@ mod tests {
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
         command().debug_assert();
+    }
+
+    #[test]
+    fn every_subcommand_but_help_has_a_man_page() {
+        let top = command();
+        let mut listed: Vec<&str> = top
+            .get_subcommands()
+            .map(clap::Command::get_name)
+            .filter(|name| *name != "help")
+            .collect();
+        listed.sort_unstable();
+        let mut pages = MAN_PAGES;
+        pages.sort_unstable();
+        assert_eq!(listed, pages);
+        for name in MAN_PAGES {
+            assert!(man_page(Some(name)).is_some(), "{name}");
+        }
+        assert!(man_page(Some("help")).is_none());
     }
 
     #[test]

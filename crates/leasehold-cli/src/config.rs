@@ -38,8 +38,8 @@ pub(crate) enum Config {
     Demo(DemoConfig),
     /// Print a completion script for the shell.
     Completions(clap_complete::Shell),
-    /// Print the man page.
-    Man,
+    /// Print the man page of `leasehold`, or of the subcommand named.
+    Man(Option<String>),
 }
 
 /// Why the command line cannot be acted on.
@@ -209,7 +209,7 @@ impl Config {
                 settings,
             })),
             Command::Completions { shell } => Ok(Config::Completions(shell)),
-            Command::Man => Ok(Config::Man),
+            Command::Man { command } => Ok(Config::Man(command)),
         }
     }
 }

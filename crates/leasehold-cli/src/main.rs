@@ -89,8 +89,13 @@ fn main() -> ExitCode {
             );
             return exit::code(0);
         }
-        Config::Man => {
-            return match clap_mangen::Man::new(args::command()).render(&mut std::io::stdout()) {
+        Config::Man(subcommand) => {
+            // The parser admits only the names of pages there are.
+            let Some(page) = args::man_page(subcommand.as_deref()) else {
+                eprintln!("leasehold: no man page for {subcommand:?}");
+                return exit::code(exit::USAGE);
+            };
+            return match page.render(&mut std::io::stdout()) {
                 Ok(()) => exit::code(0),
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
                     exit::code(exit::BROKEN_PIPE)
@@ -120,7 +125,7 @@ fn main() -> ExitCode {
             Config::List(config) => admin::list(config).await,
             Config::Break(config) => admin::break_lease(config).await,
             Config::Demo(config) => demo::demo(config).await,
-            Config::Completions(_) | Config::Man => exit::FAILURE,
+            Config::Completions(_) | Config::Man(_) => exit::FAILURE,
         }
     });
     exit::code(code)

@@ -242,3 +242,41 @@ fn completions_and_the_man_page_come_from_the_command_line_s_definition() {
     command.args(["completions", "tcsh"]);
     run_to_end(command).assert_code(2);
 }
+
+/// Every page the top-level man page names, leasehold-COMMAND(1), can be printed, and is that
+/// page: `run`'s tells its flags and its exit codes.
+#[test]
+fn every_man_page_the_top_page_names_can_be_printed() {
+    let man = |args: &[&str]| {
+        let mut command = leasehold("redis://127.0.0.1:1");
+        command.arg("man").args(args);
+        run_to_end(command)
+    };
+    let top = man(&[]);
+    top.assert_code(0);
+    let named: Vec<&str> = top
+        .stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("leasehold\\-")?.strip_suffix("(1)"))
+        .collect();
+    assert!(named.contains(&"run") && named.len() >= 5, "{named:?}");
+    for name in named {
+        let page = man(&[name]);
+        page.assert_code(0);
+        let title = format!(".TH leasehold-{name} 1 ");
+        assert!(
+            page.stdout.contains(&title),
+            "{name}: {}",
+            &page.stdout[..200.min(page.stdout.len())]
+        );
+        assert!(
+            page.stdout.contains("\"leasehold "),
+            "{name}: no program in the footer"
+        );
+    }
+    let run = man(&["run"]).stdout;
+    for flag in ["ttl", "wait", "grace", "hold\\-at\\-least", "75", "SIGTERM"] {
+        assert!(run.contains(flag), "leasehold-run(1) lacks {flag}");
+    }
+    man(&["nope"]).assert_code(2);
+}
