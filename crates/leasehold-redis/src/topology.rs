@@ -43,6 +43,15 @@ impl RedisBackend {
                 node,
             } => {
                 tls_available(&sentinels)?;
+                if settings.tls_root_certificates().is_some() && any_tls(&sentinels) {
+                    // Refused rather than ignored: the handshake would fail later, with the
+                    // private CA the caller set seemingly unused.
+                    return Err(Error::Unsupported(
+                        "TLS root certificates (a private CA) with Sentinel: only standalone \
+                         servers and Clusters apply them"
+                            .into(),
+                    ));
+                }
                 Self::open_sentinel(&sentinels, &service, Some(node), settings)
             }
         }
@@ -94,14 +103,17 @@ impl RedisBackend {
             .map(|s| s.addr().to_string())
             .collect::<Vec<_>>()
             .join(",");
-        let client = redis::cluster::ClusterClientBuilder::new(seeds.clone())
+        let roots = settings.tls_root_certificates().map(<[u8]>::to_vec);
+        let client = cluster_builder(seeds.clone(), roots.as_deref())
             .retries(0)
             .response_timeout(settings.command_timeout())
             .connection_timeout(settings.connect_timeout())
             .build()
             .map_err(|e| invalid_url(&e))?;
-        let notices =
-            notices::Notices::new(notices::Source::Cluster(seeds), settings.connect_timeout());
+        let notices = notices::Notices::new(
+            notices::Source::Cluster { seeds, roots },
+            settings.connect_timeout(),
+        );
         let connector = link::Connector::Cluster(client);
         Ok(Self::from_parts(connector, notices, settings, endpoint))
     }
@@ -160,6 +172,55 @@ impl RedisBackend {
     }
 }
 
+/// A cluster client builder for `seeds`, trusting `roots` (PEM) in place of the system's
+/// store when the seeds are `rediss://`; the roots are ignored for plain seeds, which
+/// redis-rs would otherwise switch to TLS.
+pub(crate) fn cluster_builder(
+    seeds: Vec<redis::ConnectionInfo>,
+    roots: Option<&[u8]>,
+) -> redis::cluster::ClusterClientBuilder {
+    let tls = seeds
+        .iter()
+        .any(|seed| matches!(seed.addr(), redis::ConnectionAddr::TcpTls { .. }));
+    let builder = redis::cluster::ClusterClientBuilder::new(seeds);
+    if tls {
+        tls_cluster_builder(builder, roots)
+    } else {
+        builder
+    }
+}
+
+#[cfg(feature = "tls")]
+fn tls_cluster_builder(
+    builder: redis::cluster::ClusterClientBuilder,
+    roots: Option<&[u8]>,
+) -> redis::cluster::ClusterClientBuilder {
+    install_crypto_provider();
+    match roots {
+        None => builder,
+        Some(pem) => builder.certs(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.to_vec()),
+        }),
+    }
+}
+
+/// Without the `tls` feature, TLS seeds are refused before a builder is made.
+#[cfg(not(feature = "tls"))]
+fn tls_cluster_builder(
+    builder: redis::cluster::ClusterClientBuilder,
+    _: Option<&[u8]>,
+) -> redis::cluster::ClusterClientBuilder {
+    builder
+}
+
+/// rustls needs a process-wide crypto provider; ring is the one compiled in. An error only
+/// means one was installed already, which serves as well.
+#[cfg(feature = "tls")]
+fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Makes the redis-rs client for `url`, with the settings' TLS roots when it is `rediss://`.
 fn standalone_client(url: &str, settings: &RedisSettings) -> Result<redis::Client, Error> {
     let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| invalid_url(&e))?;
@@ -175,9 +236,7 @@ fn tls_client(
     info: redis::ConnectionInfo,
     settings: &RedisSettings,
 ) -> Result<redis::Client, Error> {
-    // rustls needs a process-wide crypto provider; ring is the one compiled in. An error only
-    // means one was installed already, which serves as well.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    install_crypto_provider();
     match settings.tls_root_certificates() {
         None => redis::Client::open(info),
         Some(pem) => redis::Client::build_with_tls(
@@ -201,17 +260,21 @@ fn tls_client(_: redis::ConnectionInfo, _: &RedisSettings) -> Result<redis::Clie
 /// Refuses TLS addresses when the `tls` feature is not compiled in (redis-rs would only fail
 /// at the first connection).
 fn tls_available<T: redis::IntoConnectionInfo + Clone>(urls: &[T]) -> Result<(), Error> {
-    let tls = urls.iter().any(|url| {
-        url.clone()
-            .into_connection_info()
-            .is_ok_and(|info| matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }))
-    });
-    if tls && !cfg!(feature = "tls") {
+    if any_tls(urls) && !cfg!(feature = "tls") {
         return Err(Error::Unsupported(
             "TLS (rediss) needs leasehold-redis's `tls` feature".into(),
         ));
     }
     Ok(())
+}
+
+/// Whether any of `urls` is a TLS address.
+fn any_tls<T: redis::IntoConnectionInfo + Clone>(urls: &[T]) -> bool {
+    urls.iter().any(|url| {
+        url.clone()
+            .into_connection_info()
+            .is_ok_and(|info| matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }))
+    })
 }
 
 /// The timeouts of a standalone or Sentinel-found connection.
@@ -264,5 +327,20 @@ mod tests {
         );
         let unparsable = RedisBackend::open_cluster(&["not a url"], RedisSettings::default());
         assert_eq!(unparsable.unwrap_err().kind(), ErrorKind::InvalidUrl);
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn a_private_ca_with_a_tls_sentinel_is_refused_before_any_io() {
+        let pem = b"-----BEGIN CERTIFICATE-----\nMA==\n-----END CERTIFICATE-----\n".to_vec();
+        let settings = RedisSettings::default()
+            .with_tls_root_certificates(pem)
+            .unwrap();
+        let tls = RedisBackend::open("rediss+sentinel://127.0.0.1:1/mymaster", settings.clone());
+        let refused = tls.expect_err("refused");
+        assert_eq!(refused.kind(), ErrorKind::Unsupported, "{refused:?}");
+        assert!(refused.to_string().contains("Sentinel"), "{refused}");
+        // Without TLS the roots do not matter, as for a standalone server.
+        assert!(RedisBackend::open("redis+sentinel://127.0.0.1:1/mymaster", settings).is_ok());
     }
 }

@@ -3,12 +3,12 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::request;
 use leasehold_redis::leasehold::{AcquireOutcome, ReleaseOutcome, UnavailableCause};
 use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
-use test_support::{RedisServer, TlsRedisServer};
+use test_support::{RedisCluster, RedisServer, Reply, TlsRedisServer};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -140,5 +140,74 @@ async fn a_release_the_acl_forbids_announcing_is_still_released() {
         server.keys().iter().all(|k| k.ends_with(":fence")),
         "{:?}",
         server.keys()
+    );
+}
+
+/// A Cluster over TLS (client ports and bus), its certificates from a private CA: with the CA
+/// trusted, a lease is granted on the node that owns its slot, and its release reaches a
+/// waiter through the sharded subscriber, which connects over TLS too; without it, nothing is
+/// written anywhere.
+#[tokio::test]
+async fn a_cluster_over_tls_trusts_the_private_ca() {
+    let cluster = RedisCluster::start_tls(3);
+    let hosts: Vec<String> = cluster
+        .tls_urls()
+        .iter()
+        .map(|url| url.trim_start_matches("rediss://").to_owned())
+        .collect();
+    let url = format!("rediss+cluster://{}", hosts.join(","));
+    let ca = cluster.ca_pem().expect("a TLS cluster").as_bytes().to_vec();
+    let settings = RedisSettings::default()
+        .with_tls_root_certificates(ca)
+        .unwrap();
+    let client = open(&url, settings);
+    let ttl = Duration::from_secs(10);
+    let holder = request(&client, "tls-cluster/1", "op-a", ttl);
+    let first = match client.try_acquire(&holder).await {
+        AcquireOutcome::Acquired(lease) => lease,
+        other => panic!("expected Acquired on a TLS cluster, got {other:?}"),
+    };
+    let key = common::lease_key(&client, &holder);
+    assert!(cluster.node_for_key(&key).keys().contains(&key));
+    assert!(first.renew().await.is_renewed());
+
+    let waiter = request(&client, "tls-cluster/1", "op-b", ttl)
+        .with_wait_timeout(Duration::from_secs(8))
+        .unwrap();
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move { (client.acquire(&waiter).await, Instant::now()) })
+    };
+    let channel = client
+        .backend()
+        .keys()
+        .release_channel(holder.purpose(), holder.resource());
+    let node = cluster.node_for_key(&key);
+    let mut subscribed = false;
+    for _ in 0..500 {
+        if let Reply::Array(Some(items)) = node.cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
+            && items.get(1).and_then(Reply::as_int) >= Some(1)
+        {
+            subscribed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(subscribed, "no shard subscriber over TLS on {channel}");
+    // The holder's TTL is 10 s: a hand-off well within it came from the release notice.
+    common::release_and_expect_hand_off(first, waiting, Duration::from_secs(2)).await;
+
+    let untrusted = open(&url, RedisSettings::default());
+    let other = request(&untrusted, "tls-cluster/2", "op-a", ttl);
+    match untrusted.try_acquire(&other).await {
+        AcquireOutcome::Unavailable(_) => {}
+        other => panic!("expected Unavailable without the CA, got {other:?}"),
+    }
+    let other_key = common::lease_key(&untrusted, &other);
+    assert!(
+        cluster
+            .nodes()
+            .iter()
+            .all(|n| !n.keys().contains(&other_key))
     );
 }

@@ -4,9 +4,14 @@
 //! equal contiguous range of the 16,384 slots with `CLUSTER ADDSLOTSRANGE`, introduces them
 //! with `CLUSTER MEET`, and returns once every node reports `cluster_state:ok` and knows every
 //! other node by its loopback address. Dropping it kills every node.
+//!
+//! [`RedisCluster::start_tls`] does the same with TLS on each node's client port and on the
+//! cluster bus (`tls-cluster`), the certificates signed by a private CA made for the test
+//! ([`TestCertificates`]); the harness keeps talking to each node's plain port.
 
 use std::time::{Duration, Instant};
 
+use crate::tls::TestCertificates;
 use crate::{RedisServer, Reply, free_port};
 
 /// The number of hash slots in a Redis Cluster.
@@ -17,6 +22,8 @@ pub const SLOTS: u16 = 16_384;
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
     ranges: Vec<(u16, u16)>,
+    /// For a TLS cluster: the certificates and each node's TLS port, in node order.
+    tls: Option<(TestCertificates, Vec<u16>)>,
 }
 
 impl RedisCluster {
@@ -27,12 +34,33 @@ impl RedisCluster {
     /// If redis-server is missing (with an install hint), a node does not start, or the
     /// cluster does not converge within 20 s.
     pub fn start(masters: usize) -> Self {
+        Self::start_with(masters, None)
+    }
+
+    /// [`start`](Self::start), with TLS on every node's client port and on the cluster bus;
+    /// clients reach it through [`tls_urls`](Self::tls_urls) trusting [`ca_pem`](Self::ca_pem).
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start), and if redis-server was built without TLS.
+    pub fn start_tls(masters: usize) -> Self {
+        Self::start_with(masters, Some(TestCertificates::make()))
+    }
+
+    fn start_with(masters: usize, tls: Option<TestCertificates>) -> Self {
         assert!(
             (1..=usize::from(SLOTS)).contains(&masters),
             "1..=16384 masters"
         );
-        let (nodes, buses): (Vec<RedisServer>, Vec<String>) =
-            (0..masters).map(|_| start_node()).unzip();
+        let mut nodes = Vec::new();
+        let mut buses = Vec::new();
+        let mut tls_ports = Vec::new();
+        for _ in 0..masters {
+            let (node, bus, tls_port) = start_node(tls.as_ref());
+            nodes.push(node);
+            buses.push(bus);
+            tls_ports.push(tls_port);
+        }
         let count = u16::try_from(masters).expect("at most 16384 masters");
         let ranges: Vec<(u16, u16)> = (0..count)
             .map(|i| {
@@ -63,7 +91,11 @@ impl RedisCluster {
                 bus,
             ]));
         }
-        let cluster = Self { nodes, ranges };
+        let cluster = Self {
+            nodes,
+            ranges,
+            tls: tls.map(|certificates| (certificates, tls_ports)),
+        };
         cluster.wait_until_converged();
         cluster
     }
@@ -108,6 +140,23 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
+    /// Returns a TLS cluster's nodes' URLs (`rediss://127.0.0.1:TLS_PORT`), or none for a
+    /// cluster without TLS.
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.tls
+            .iter()
+            .flat_map(|(_, ports)| ports)
+            .map(|port| format!("rediss://127.0.0.1:{port}"))
+            .collect()
+    }
+
+    /// Returns the CA certificate (PEM) a TLS cluster's nodes chain to.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.tls
+            .as_ref()
+            .map(|(certificates, _)| certificates.ca_pem())
+    }
+
     /// Returns the slot of `key`, as the cluster computes it (`CLUSTER KEYSLOT`).
     ///
     /// # Panics
@@ -139,12 +188,12 @@ impl RedisCluster {
 /// Starts one cluster-enabled node. The cluster bus port is chosen free too (rather than
 /// port + 10000, which may be taken or out of range); if it was taken in the meantime the
 /// node fails to start and another pair of ports is tried. Returns the node and its bus port,
-/// which `CLUSTER MEET` must be told.
-fn start_node() -> (RedisServer, String) {
+/// which `CLUSTER MEET` must be told, and its TLS port (0 without `tls`).
+fn start_node(tls: Option<&TestCertificates>) -> (RedisServer, String, u16) {
     let mut last_error = String::new();
     for _ in 0..5 {
         let bus = free_port().to_string();
-        match RedisServer::try_start_with_args(&[
+        let mut args: Vec<String> = [
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
@@ -153,8 +202,21 @@ fn start_node() -> (RedisServer, String) {
             "5000",
             "--cluster-port",
             &bus,
-        ]) {
-            Ok(node) => return (node, bus),
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let tls_port = match tls {
+            Some(certificates) => {
+                let port = free_port();
+                args.extend(certificates.server_args(port));
+                args.extend(["--tls-cluster", "yes"].map(str::to_owned));
+                port
+            }
+            None => 0,
+        };
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        match RedisServer::try_start_with_args(&args) {
+            Ok(node) => return (node, bus, tls_port),
             Err(e) => last_error = e,
         }
     }

@@ -11,23 +11,24 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, 
 
 use crate::{RedisServer, free_port};
 
-/// A server with a TLS port and the CA its certificate chains to.
+/// A private CA and a certificate it signed for `127.0.0.1` and `localhost`, written to a
+/// temporary directory (removed when dropped) for redis-server to read.
 #[derive(Debug)]
-pub struct TlsRedisServer {
-    server: RedisServer,
-    tls_port: u16,
+pub struct TestCertificates {
+    cert_file: String,
+    key_file: String,
+    ca_file: String,
     ca_pem: String,
     _files: tempfile::TempDir,
 }
 
-impl TlsRedisServer {
-    /// Makes the certificates and starts the server.
+impl TestCertificates {
+    /// Makes the CA and the server certificate (rcgen, in memory) and writes them out.
     ///
     /// # Panics
     ///
-    /// If redis-server is missing (with an install hint), was built without TLS, or does not
-    /// start; or if a certificate cannot be made.
-    pub fn start() -> Self {
+    /// If a certificate cannot be made or written.
+    pub fn make() -> Self {
         let files = tempfile::Builder::new()
             .prefix("leasehold-tls-")
             .tempdir()
@@ -52,30 +53,68 @@ impl TlsRedisServer {
             std::fs::write(&path, text).expect("writing a certificate file");
             path.to_string_lossy().into_owned()
         };
-        let cert_file = write("server.crt", &cert.pem());
-        let key_file = write("server.key", &key.serialize_pem());
-        let ca_file = write("ca.crt", &ca.pem());
+        Self {
+            cert_file: write("server.crt", &cert.pem()),
+            key_file: write("server.key", &key.serialize_pem()),
+            ca_file: write("ca.crt", &ca.pem()),
+            ca_pem: ca.pem(),
+            _files: files,
+        }
+    }
+
+    /// The redis-server arguments that open `tls_port` with this certificate, clients not
+    /// asked for one of their own.
+    pub fn server_args(&self, tls_port: u16) -> Vec<String> {
+        [
+            "--tls-port",
+            &tls_port.to_string(),
+            "--tls-cert-file",
+            &self.cert_file,
+            "--tls-key-file",
+            &self.key_file,
+            "--tls-ca-cert-file",
+            &self.ca_file,
+            "--tls-auth-clients",
+            "no",
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    }
+
+    /// Returns the CA certificate (PEM) the server certificate chains to.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+}
+
+/// A server with a TLS port and the CA its certificate chains to.
+#[derive(Debug)]
+pub struct TlsRedisServer {
+    server: RedisServer,
+    tls_port: u16,
+    certificates: TestCertificates,
+}
+
+impl TlsRedisServer {
+    /// Makes the certificates and starts the server.
+    ///
+    /// # Panics
+    ///
+    /// If redis-server is missing (with an install hint), was built without TLS, or does not
+    /// start; or if a certificate cannot be made.
+    pub fn start() -> Self {
+        let certificates = TestCertificates::make();
         let mut last_error = String::new();
         for _ in 0..5 {
             let tls_port = free_port();
-            match RedisServer::try_start_with_args(&[
-                "--tls-port",
-                &tls_port.to_string(),
-                "--tls-cert-file",
-                &cert_file,
-                "--tls-key-file",
-                &key_file,
-                "--tls-ca-cert-file",
-                &ca_file,
-                "--tls-auth-clients",
-                "no",
-            ]) {
+            let args = certificates.server_args(tls_port);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            match RedisServer::try_start_with_args(&args) {
                 Ok(server) => {
                     return Self {
                         server,
                         tls_port,
-                        ca_pem: ca.pem(),
-                        _files: files,
+                        certificates,
                     };
                 }
                 Err(e) => last_error = e,
@@ -91,7 +130,7 @@ impl TlsRedisServer {
 
     /// Returns the CA certificate (PEM) the server's certificate chains to.
     pub fn ca_pem(&self) -> &str {
-        &self.ca_pem
+        self.certificates.ca_pem()
     }
 
     /// Returns the server, for harness commands on its plain port.
