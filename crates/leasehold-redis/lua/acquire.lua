@@ -104,11 +104,10 @@ for i = 1, n do
       -- One call reads the counter and moves it to the clock, which is the new fence unless
       -- the counter is already there or beyond (two grants in one microsecond, a clock stepped
       -- back): then the counter's successor is, set below. A counter of another type makes
-      -- SET ... GET fail without setting anything; one that is not a fence is put back as it
-      -- was. A failure is a table with an `err` field; a string has none (its `err` is the
-      -- string library's, which there is not), and asking costs less than calling type().
+      -- SET ... GET fail without setting anything (pcall answers a table); one that is not a
+      -- fence is put back as it was.
       local counter = redis.pcall('SET', counter_key, now, 'GET')
-      if counter and counter.err then
+      if type(counter) == 'table' then
         reply = {-2, 'counter-type'}
         break
       end
@@ -159,7 +158,7 @@ for i = 1, n do
       reply = fence
       break
     end
-    if current.err then
+    if type(current) == 'table' then
       reply = {-2, 'lease-type'}
       break
     end

@@ -62,7 +62,7 @@ for i = 1, n do
         reply = 0
         break
       end
-      if current.err then
+      if type(current) == 'table' then
         reply = -1
         break
       end

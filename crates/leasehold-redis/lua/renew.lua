@@ -41,7 +41,7 @@ for i = 1, #KEYS do
         reply = 0
         break
       end
-      if current.err then
+      if type(current) == 'table' then
         break
       end
       local grant, hold_until = current, ''
