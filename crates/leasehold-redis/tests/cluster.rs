@@ -37,25 +37,6 @@ fn release_channel(client: &RedisLeases, req: &LeaseRequest) -> String {
         .release_channel(req.purpose(), req.resource())
 }
 
-/// Shard-channel subscribers of `channel` on `node` (`PUBSUB SHARDNUMSUB`).
-fn shard_subscribers(node: &RedisServer, channel: &str) -> i64 {
-    match node.cmd(&["PUBSUB", "SHARDNUMSUB", channel]) {
-        Reply::Array(Some(items)) => items.get(1).and_then(Reply::as_int).unwrap_or(0),
-        other => panic!("PUBSUB SHARDNUMSUB replied {other:?}"),
-    }
-}
-
-/// Waits (bounded) until `node` has a shard subscriber on `channel`.
-async fn until_shard_subscribed(node: &RedisServer, channel: &str) {
-    for _ in 0..500 {
-        if shard_subscribers(node, channel) >= 1 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("no shard subscriber on {channel}");
-}
-
 #[tokio::test]
 async fn leases_live_on_the_node_that_owns_their_slot() {
     let cluster = RedisCluster::start(3);
@@ -137,7 +118,7 @@ async fn hold_and_wait(
         tokio::spawn(async move { (client.acquire(&waiter).await, Instant::now()) })
     };
     let channel = release_channel(client, &holder);
-    until_shard_subscribed(&cluster.nodes()[index], &channel).await;
+    common::until_shard_subscribed(&cluster.nodes()[index], &channel).await;
     (channel, first, waiting)
 }
 
@@ -157,7 +138,7 @@ async fn a_release_is_announced_by_spublish_on_the_slot_owner_only() {
     let (channel, first, waiting) = hold_and_wait(&cluster, &client, owner).await;
     for (j, node) in cluster.nodes().iter().enumerate() {
         if j != owner {
-            assert_eq!(shard_subscribers(node, &channel), 0, "node {j}");
+            assert_eq!(common::shard_subscribers(node, &channel), 0, "node {j}");
         }
     }
     let before = stats(&cluster);
@@ -192,7 +173,7 @@ async fn a_killed_shard_subscriber_resubscribes_and_still_hands_off() {
     let killed = node.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]).as_int();
     assert_eq!(killed, Some(1));
     // The subscriber's link to that node comes back on its own and subscribes again.
-    until_shard_subscribed(node, &channel).await;
+    common::until_shard_subscribed(node, &channel).await;
     // The holder's TTL was 10 s.
     common::release_and_expect_hand_off(first, waiting, Duration::from_secs(2)).await;
 }

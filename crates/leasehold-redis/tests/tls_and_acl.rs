@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use common::request;
 use leasehold_redis::leasehold::{AcquireOutcome, ReleaseOutcome, UnavailableCause};
 use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
-use test_support::{RedisCluster, RedisServer, Reply, TlsRedisServer};
+use test_support::{RedisCluster, RedisServer, TlsRedisServer};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -161,8 +161,7 @@ async fn a_cluster_over_tls_trusts_the_private_ca() {
         .with_tls_root_certificates(ca)
         .unwrap();
     let client = open(&url, settings);
-    let ttl = Duration::from_secs(10);
-    let holder = request(&client, "tls-cluster/1", "op-a", ttl);
+    let holder = request(&client, "tls-cluster/1", "op-a", TTL);
     let first = match client.try_acquire(&holder).await {
         AcquireOutcome::Acquired(lease) => lease,
         other => panic!("expected Acquired on a TLS cluster, got {other:?}"),
@@ -171,7 +170,7 @@ async fn a_cluster_over_tls_trusts_the_private_ca() {
     assert!(cluster.node_for_key(&key).keys().contains(&key));
     assert!(first.renew().await.is_renewed());
 
-    let waiter = request(&client, "tls-cluster/1", "op-b", ttl)
+    let waiter = request(&client, "tls-cluster/1", "op-b", TTL)
         .with_wait_timeout(Duration::from_secs(8))
         .unwrap();
     let waiting = {
@@ -182,23 +181,12 @@ async fn a_cluster_over_tls_trusts_the_private_ca() {
         .backend()
         .keys()
         .release_channel(holder.purpose(), holder.resource());
-    let node = cluster.node_for_key(&key);
-    let mut subscribed = false;
-    for _ in 0..500 {
-        if let Reply::Array(Some(items)) = node.cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
-            && items.get(1).and_then(Reply::as_int) >= Some(1)
-        {
-            subscribed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(subscribed, "no shard subscriber over TLS on {channel}");
+    common::until_shard_subscribed(cluster.node_for_key(&key), &channel).await;
     // The holder's TTL is 10 s: a hand-off well within it came from the release notice.
     common::release_and_expect_hand_off(first, waiting, Duration::from_secs(2)).await;
 
     let untrusted = open(&url, RedisSettings::default());
-    let other = request(&untrusted, "tls-cluster/2", "op-a", ttl);
+    let other = request(&untrusted, "tls-cluster/2", "op-a", TTL);
     match untrusted.try_acquire(&other).await {
         AcquireOutcome::Unavailable(_) => {}
         other => panic!("expected Unavailable without the CA, got {other:?}"),

@@ -30,7 +30,7 @@ pub async fn release_and_expect_hand_off(
         acquired_at - released_at
     );
 }
-use test_support::RedisServer;
+use test_support::{RedisServer, Reply};
 
 pub fn client_with(server: &RedisServer, settings: RedisSettings) -> RedisLeases {
     RedisBackend::open(&server.url(), settings)
@@ -136,4 +136,23 @@ pub fn snapshot(server: &RedisServer) -> Vec<(String, test_support::Reply)> {
             (key, value)
         })
         .collect()
+}
+
+/// Shard-channel subscribers of `channel` on `node` (`PUBSUB SHARDNUMSUB`).
+pub fn shard_subscribers(node: &RedisServer, channel: &str) -> i64 {
+    match node.cmd(&["PUBSUB", "SHARDNUMSUB", channel]) {
+        Reply::Array(Some(items)) => items.get(1).and_then(Reply::as_int).unwrap_or(0),
+        other => panic!("PUBSUB SHARDNUMSUB replied {other:?}"),
+    }
+}
+
+/// Waits (bounded) until `node` has a shard subscriber on `channel`.
+pub async fn until_shard_subscribed(node: &RedisServer, channel: &str) {
+    for _ in 0..500 {
+        if shard_subscribers(node, channel) >= 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no shard subscriber on {channel}");
 }
