@@ -98,8 +98,8 @@ impl Lock {
 struct OwnScripts {
     acquire: redis::Script,
     release: redis::Script,
-    /// Each resource's lease key, fence counter key and release channel.
-    keys: Vec<(String, String, String)>,
+    /// Each resource's lease key and fence counter key.
+    keys: Vec<(String, String)>,
 }
 
 /// Everything the five need, shared by the tasks.
@@ -200,7 +200,7 @@ impl Bench {
                 self.rslock.unlock(&lock).await;
             }
             Lock::ItsScripts => {
-                let (key, fence_key, channel) = &self.own.keys[r];
+                let (key, fence_key) = &self.own.keys[r];
                 let attempt = format!("{n:022}:bench");
                 let mut raw = self.raw.clone();
                 let granted: redis::Value = self
@@ -220,7 +220,6 @@ impl Bench {
                     .own
                     .release
                     .key(key)
-                    .key(channel)
                     .arg(grant)
                     .invoke_async(&mut raw)
                     .await?;
@@ -364,7 +363,6 @@ async fn main() -> Res<()> {
                         (
                             layout.lease_key(&purpose, &d),
                             layout.fence_key(&purpose, &d),
-                            layout.release_channel(&purpose, &d),
                         )
                     })
                     .collect()

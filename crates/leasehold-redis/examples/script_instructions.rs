@@ -151,8 +151,6 @@ enum Lock {
         release: redis::Script,
         lease_key: String,
         fence_key: String,
-        /// `release.lua` takes the channel; the floor's release does not.
-        channel: Option<String>,
         /// The floor stores `<attempt>:<fence>`, leasehold `<fence>:<attempt>`.
         fence_first: bool,
     },
@@ -167,7 +165,6 @@ impl Lock {
                 release,
                 lease_key,
                 fence_key,
-                channel,
                 fence_first,
             } => {
                 let attempt = format!("{n:032}:bench");
@@ -188,11 +185,7 @@ impl Lock {
                 } else {
                     format!("{attempt}:{fence}")
                 };
-                let mut call = release.key(lease_key);
-                if let Some(channel) = channel {
-                    call.key(channel);
-                }
-                let released: i64 = call.arg(grant).invoke_async(raw).await?;
+                let released: i64 = release.key(lease_key).arg(grant).invoke_async(raw).await?;
                 if released != 1 {
                     return Err("not released".into());
                 }
@@ -234,7 +227,6 @@ async fn main() -> Res<()> {
                 release: redis::Script::new(FLOOR_RELEASE),
                 lease_key: "floor:{r0}".to_owned(),
                 fence_key: "floor:{r0}:fence".to_owned(),
-                channel: None,
                 fence_first: false,
             },
         ),
@@ -245,7 +237,6 @@ async fn main() -> Res<()> {
                 release: redis::Script::new(include_str!("../lua/release.lua")),
                 lease_key: layout.lease_key(&purpose, &digest),
                 fence_key: layout.fence_key(&purpose, &digest),
-                channel: Some(layout.release_channel(&purpose, &digest)),
                 fence_first: true,
             },
         ),

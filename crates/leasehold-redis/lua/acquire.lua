@@ -36,6 +36,17 @@
 -- owner token is replaced by "~" and the token's holder fingerprint (see release.lua): "~" is
 -- not Base64URL, so no attempt's token matches it again.
 --
+-- A grant that someone was refused is marked: a third newline ends the value,
+--
+--   "<fence>:<owner token>:<operation id>\n<hold until>\n<holder name>\n"
+--
+-- (appended with APPEND, which keeps the TTL: "\n\n\n" to a value of the first form, "\n" to
+-- one of the second). release.lua announces the release of a marked grant only: a grant that
+-- nobody waited for is deleted without a PUBLISH, which would cost every release a command
+-- that no one hears. Renewals keep the mark; a refusal of a marked grant changes nothing. The
+-- mark is written with pcall: an ACL that refuses APPEND leaves the refusal a refusal, and
+-- the waiter wakes by the holder's TTL instead.
+--
 -- Fences are decimal strings from 1 to 9223372036854775807 (2^63 - 1), compared and counted
 -- as strings, never as Lua numbers: those are doubles, which print 10^14 as "1e+14" and
 -- cannot tell 2^53 from 2^53 + 1. A new grant's fence is
@@ -61,10 +72,12 @@
 --   {2, fence, pttl}          replay: this attempt already holds it; the TTL is NOT extended
 --                             and pttl is the key's current remaining time
 --   {3, fence, pttl, holder, name, 0}
---                             conflict: the same owner token holds it for another operation
+--                             conflict: the same owner token holds it for another operation;
+--                             the grant is marked
 --   {0, fence, pttl, holder, name, released}
---                             contended: another owner holds it, or a released grant's hold
---                             keeps it (fence "0", holder "": unreadable value)
+--                             contended: another owner holds it (the grant is marked), or a
+--                             released grant's hold keeps it (fence "0", holder "":
+--                             unreadable value, left as it is)
 --   {-2, what}                nothing written: what is "lease-type", "counter-type",
 --                             "counter-value" or "fence-range"
 local TOP = '9223372036854775807'
@@ -163,10 +176,17 @@ for i = 1, n do
       break
     end
     local pttl = redis.call('PTTL', lease_key)
-    -- The grant is what comes before the first newline; the name follows the second.
-    local grant, holder_name = string.match(current, '^([^\n]*)\n%d*\n(.*)$')
-    if not grant then
-      grant, holder_name = current, ''
+    -- The grant is what comes before the first newline; the name follows the second, and a
+    -- third ends a marked value. `mark` is what marks this value: nil when it is marked
+    -- already, or not of a form this script writes (it is left as it is).
+    local grant, holder_name, mark = current, '', '\n\n\n'
+    if string.find(current, '\n', 1, true) then
+      local marked
+      grant, holder_name, marked = string.match(current, '^([^\n]*)\n%d*\n([^\n]*)(\n?)$')
+      mark = marked == '' and '\n' or nil
+      if not grant then
+        grant, holder_name = current, ''
+      end
     end
     local fence, token, operation = string.match(grant, '^(%d+):([^:]+):(.*)$')
     if not fence then
@@ -181,10 +201,16 @@ for i = 1, n do
     local holder = string.sub(redis.sha1hex(token), 1, 16)
     if token .. ':' .. operation == attempt then
       reply = {2, fence, pttl}
-    elseif token == string.match(attempt, '^[^:]*') then
+      break
+    end
+    if token == string.match(attempt, '^[^:]*') then
       reply = {3, fence, pttl, holder, holder_name, 0}
     else
       reply = {0, fence, pttl, holder, holder_name, 0}
+    end
+    -- Refused: whoever asked may wait for the release, so the grant's release is announced.
+    if mark then
+      redis.pcall('APPEND', lease_key, mark)
     end
   until true
   if n == 1 then

@@ -24,8 +24,9 @@ if not current then
 end
 local pttl = redis.call('PTTL', KEYS[1])
 redis.call('DEL', KEYS[1])
--- The grant is what comes before the first newline; the name follows the second.
-local grant, name = string.match(current, '^([^\n]*)\n%d*\n(.*)$')
+-- The grant is what comes before the first newline; the name follows the second (a third
+-- newline, last, is a mark: see acquire.lua).
+local grant, name = string.match(current, '^([^\n]*)\n%d*\n([^\n]*)\n?$')
 if not grant then
   grant, name = current, ''
 end

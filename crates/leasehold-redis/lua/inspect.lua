@@ -48,8 +48,9 @@ if not current then
   return {0}
 end
 local pttl = redis.call('PTTL', KEYS[1])
--- The grant is what comes before the first newline; the name follows the second.
-local grant, name = string.match(current, '^([^\n]*)\n%d*\n(.*)$')
+-- The grant is what comes before the first newline; the name follows the second (a third
+-- newline, last, is a mark: see acquire.lua).
+local grant, name = string.match(current, '^([^\n]*)\n%d*\n([^\n]*)\n?$')
 if not grant then
   grant, name = current, ''
 end

@@ -2,7 +2,6 @@
 -- leasehold release, key layout v1.
 --
 -- KEYS[1]  lease key
--- KEYS[2]  release channel     the lease key with ":released" (same hash slot)
 -- ARGV[1]  grant               "<fence>:<owner token>:<operation id>", or
 --                              ":<owner token>:<operation id>" for whatever fence this
 --                              attempt's grant carries (the cleanup after an acquire whose
@@ -12,9 +11,9 @@
 --                              "0" or absent for PUBLISH
 --
 -- A batch releases several grants in one call, each exactly as a call of its own would: with
--- n > 1 grants, KEYS holds each one's lease key and release channel (KEYS[2i-1], KEYS[2i]),
--- ARGV each one's grant (ARGV[i]), announced with PUBLISH (a Cluster never batches: the keys
--- of one call must share a slot), and the reply is a table of n integers, in order.
+-- n > 1 grants, KEYS holds each one's lease key (KEYS[i]), ARGV each one's grant (ARGV[i]),
+-- announced with PUBLISH (a Cluster never batches: the keys of one call must share a slot),
+-- and the reply is a table of n integers, in order.
 --
 -- Releases only the exact grant, which is the stored value up to its first newline
 -- (acquire.lua describes both forms of the value). The fence counter is never deleted.
@@ -28,35 +27,39 @@
 -- by the attempt that released it (its reply lost), finds it by the fingerprint and answers
 -- 1 again, changing nothing.
 --
--- Otherwise the key is deleted and the fence is published on the release channel, so that
--- waiters retry at once; an expiry publishes nothing. On a cluster the channel is a shard
--- channel in the lease's slot, so SPUBLISH reaches the subscribers of this node only, with no
--- broadcast over the cluster bus. An announcement the server refuses (an ACL without the
--- channel) is skipped: waiters then fall back to the holder's TTL. Allowed under maxmemory
--- (allow-oom).
+-- Otherwise the key is deleted. If the grant is marked (someone was refused it and may wait:
+-- see acquire.lua), its fence is then published on the release channel, the lease key with
+-- ":released", so that waiters retry at once; a grant nobody was refused is deleted without
+-- a PUBLISH, and an expiry publishes nothing. On a cluster the channel is a shard channel in
+-- the lease's slot (it carries the lease key's hash tag), so SPUBLISH reaches the
+-- subscribers of this node only, with no broadcast over the cluster bus. An announcement the
+-- server refuses (an ACL without the channel) is skipped: waiters then fall back to the
+-- holder's TTL. Allowed under maxmemory (allow-oom).
 --
 -- Replies, integers (not tables, which cost the server more to hand back):
---   1      released: the key was deleted and the release published, or the grant was
---          turned into a record kept until its hold ends
+--   1      released: the key was deleted (and the release published, if the grant was
+--          marked), or the grant was turned into a record kept until its hold ends
 --   0      absent: nothing to delete
 --   -1     another grant, or a value of another type, holds the key; it was left alone
 local MAX_HOLD_MS = 86400000
 
 -- No helper functions (see acquire.lua): one loop releases every grant of the call, a single
 -- one included, and an entry's reply is set and the loop body left with `break`.
-local n = #KEYS / 2
+local n = #KEYS
 local replies = n ~= 1 and {}
 for i = 1, n do
-  local lease_key, channel, grant_arg = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i]
+  local lease_key, grant_arg = KEYS[i], ARGV[i]
   local sharded = n == 1 and ARGV[2] == '1'
   local reply = 1
+  -- Whether the stored grant is marked: only its release is announced.
+  local marked = false
   repeat
     -- A GET that reports a key of another type instead of raising WRONGTYPE.
     local current = redis.pcall('GET', lease_key)
     local grant = current
-    -- Most often the stored value is exactly the grant (neither a hold nor a name): nothing
-    -- else is looked at. A grant never holds a newline, and a stored value never starts with
-    -- ':', so a value equal to the argument is a grant to delete.
+    -- Most often the stored value is exactly the grant (neither a hold, nor a name, nor a
+    -- mark): nothing else is looked at. A grant never holds a newline, and a stored value
+    -- never starts with ':', so a value equal to the argument is a grant to delete.
     if current ~= grant_arg then
       if not current then
         reply = 0
@@ -66,13 +69,15 @@ for i = 1, n do
         reply = -1
         break
       end
-      local hold_until, name = '', ''
+      local hold_until, name, mark = '', '', ''
       if string.find(current, '\n', 1, true) then
-        grant, hold_until, name = string.match(current, '^([^\n]*)\n(%d*)\n(.*)$')
+        grant, hold_until, name, mark =
+          string.match(current, '^([^\n]*)\n(%d*)\n([^\n]*)(\n?)$')
         if not grant then
-          grant, hold_until, name = current, '', ''
+          grant, hold_until, name, mark = current, '', '', ''
         end
       end
+      marked = mark == '\n'
       local wanted = grant_arg
       if string.byte(wanted, 1) == 58 then
         -- ':': whatever fence the stored grant carries.
@@ -105,14 +110,16 @@ for i = 1, n do
       end
     end
     redis.call('DEL', lease_key)
-    local fence = string.match(grant, '^%d+')
-    -- The announcement is a hint that wakes waiters early. It must not turn a release that
-    -- deleted the key into an error: an ACL that forbids the channel (Redis 7 gives a new user
-    -- no channels) would make the reply say the release may not have happened.
-    if sharded then
-      redis.pcall('SPUBLISH', channel, fence)
-    else
-      redis.pcall('PUBLISH', channel, fence)
+    if marked then
+      local channel, fence = lease_key .. ':released', string.match(grant, '^%d+')
+      -- The announcement is a hint that wakes waiters early. It must not turn a release that
+      -- deleted the key into an error: an ACL that forbids the channel (Redis 7 gives a new
+      -- user no channels) would make the reply say the release may not have happened.
+      if sharded then
+        redis.pcall('SPUBLISH', channel, fence)
+      else
+        redis.pcall('PUBLISH', channel, fence)
+      end
     end
   until true
   if n == 1 then

@@ -20,7 +20,7 @@ use crate::link::{self, Link};
 use crate::renewals::{self, Renewals};
 use crate::scripts::{
     self, AcquireCall, AcquireEntry, AttemptArg, GrantArg, InspectCall, ReleaseCall, ReleaseEntry,
-    RenewCall, RenewGrant,
+    RenewCall, RenewGrant, WatchCall,
 };
 use crate::settings::{self, RedisSettings};
 use crate::{Error, KeyLayout, decode, notices};
@@ -212,7 +212,6 @@ impl RedisBackend {
             self.acquires.withdraw(&attempt_string(attempt));
         }
         let call = ReleaseCall {
-            release_channel: KeyLayout::release_channel_of(&lease_key),
             lease_key,
             grant: GrantArg {
                 fence,
@@ -367,6 +366,23 @@ impl LeaseBackend for RedisBackend {
         let reply = self.link.eval(&call, None).await;
         match reply {
             Ok((value, _)) => InspectCall::decode(&value).unwrap_or_else(|e| unreadable(e).into()),
+            Err(failure) => failure.into(),
+        }
+    }
+
+    async fn inspect_watched(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+    ) -> InspectOutcome {
+        // watch.lua marks the grant it finds, so that its release is announced (D48).
+        let lease_key = self.keys.lease_key(purpose, resource);
+        let call = WatchCall {
+            fence_counter_key: KeyLayout::fence_key_of(&lease_key),
+            lease_key,
+        };
+        match self.link.eval(&call, None).await {
+            Ok((value, _)) => WatchCall::decode(&value).unwrap_or_else(|e| unreadable(e).into()),
             Err(failure) => failure.into(),
         }
     }

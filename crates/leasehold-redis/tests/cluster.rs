@@ -100,8 +100,8 @@ async fn leases_live_on_the_node_that_owns_their_slot() {
     }
 }
 
-/// A holder with a 10 s lease on node `index`, and a waiter (8 s wait) parked behind it and
-/// shard-subscribed on that node.
+/// A holder with a 10 s lease on node `index`, and a waiter (8 s wait) parked behind it,
+/// shard-subscribed on that node, and refused once (so the release is announced).
 async fn hold_and_wait(
     cluster: &RedisCluster,
     client: &RedisLeases,
@@ -119,6 +119,7 @@ async fn hold_and_wait(
     };
     let channel = release_channel(client, &holder);
     common::until_shard_subscribed(&cluster.nodes()[index], &channel).await;
+    common::until_marked(&cluster.nodes()[index], &common::lease_key(client, &holder)).await;
     (channel, first, waiting)
 }
 

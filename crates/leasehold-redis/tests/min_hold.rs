@@ -175,7 +175,7 @@ async fn a_release_before_the_hold_ends_answers_released_and_keeps_the_key() {
 }
 
 #[tokio::test]
-async fn a_release_after_the_hold_deletes_and_announces_as_before() {
+async fn a_release_after_the_hold_deletes_and_announces_to_a_waiter() {
     let server = RedisServer::start();
     let client = client(&server);
     let first = request(&client, "cron/late", "run-a", TTL)
@@ -187,6 +187,12 @@ async fn a_release_after_the_hold_deletes_and_announces_as_before() {
         .into_handle()
         .expect("free");
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // Someone is refused the grant, and may wait for its release: it is announced.
+    let waiter = request(&client, "cron/late", "run-b", TTL);
+    assert!(matches!(
+        client.try_acquire(&waiter).await,
+        AcquireOutcome::Contended(_)
+    ));
     let before = server.commandstats();
     assert_eq!(lease.release().await, ReleaseOutcome::Released);
     let sent = common::delta(&before, &server.commandstats());
@@ -364,7 +370,12 @@ async fn values_left_by_an_older_client_keep_working() {
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(server.cmd(&["GET", &key]).as_string(), Some(plain));
+    // The refusal marked the grant (D48), which changes nothing that anyone reads of it.
+    assert_eq!(
+        server.cmd(&["GET", &key]).as_string(),
+        Some(format!("{plain}\n\n\n"))
+    );
+    assert!(lease.renew().await.is_renewed());
     assert_eq!(lease.release().await, ReleaseOutcome::Released);
     assert!(server.keys().iter().all(|k| k != &key));
 }

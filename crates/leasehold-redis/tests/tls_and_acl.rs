@@ -135,7 +135,33 @@ async fn a_release_the_acl_forbids_announcing_is_still_released() {
     );
     let req = request(&client, "t5", "op-a", TTL);
     let lease = client.try_acquire(&req).await.into_handle().expect("free");
+    // Refused once, so that the release goes on to announce itself (D48), which the ACL
+    // forbids.
+    let waiter = request(&client, "t5", "op-b", TTL);
+    assert!(matches!(
+        client.try_acquire(&waiter).await,
+        AcquireOutcome::Contended(_)
+    ));
+    let key = common::lease_key(&client, &req);
+    assert!(common::is_marked(&server, &key));
     assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    // The announcement was tried, and refused: the ACL log names the channel.
+    let channel = client
+        .backend()
+        .keys()
+        .release_channel(req.purpose(), req.resource());
+    let log = server.cmd(&["ACL", "LOG"]);
+    let test_support::Reply::Array(Some(entries)) = &log else {
+        panic!("ACL LOG replied {log:?}");
+    };
+    assert!(
+        entries.iter().any(|entry| matches!(
+            entry,
+            test_support::Reply::Array(Some(fields))
+                if fields.iter().any(|f| f.as_string().as_deref() == Some(channel.as_str()))
+        )),
+        "{log:?}"
+    );
     assert!(
         server.keys().iter().all(|k| k.ends_with(":fence")),
         "{:?}",
@@ -182,6 +208,7 @@ async fn a_cluster_over_tls_trusts_the_private_ca() {
         .keys()
         .release_channel(holder.purpose(), holder.resource());
     common::until_shard_subscribed(cluster.node_for_key(&key), &channel).await;
+    common::until_marked(cluster.node_for_key(&key), &key).await;
     // The holder's TTL is 10 s: a hand-off well within it came from the release notice.
     common::release_and_expect_hand_off(first, waiting, Duration::from_secs(2)).await;
 

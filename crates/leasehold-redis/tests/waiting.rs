@@ -213,7 +213,8 @@ async fn until_subscribed(
 
 use common::Waiting;
 
-/// A holder with a 10 s lease, and a waiter (8 s wait) parked behind it and subscribed.
+/// A holder with a 10 s lease, and a waiter (8 s wait) parked behind it, subscribed, and
+/// refused once (so the release is announced).
 async fn hold_and_wait(
     server: &RedisServer,
     resource: &str,
@@ -234,6 +235,7 @@ async fn hold_and_wait(
         tokio::spawn(async move { (client.acquire(&waiter).await, Instant::now()) })
     };
     until_subscribed(server, &client, &holder, 1).await;
+    common::until_marked(server, &common::lease_key(&client, &holder)).await;
     (client, holder, first, waiting)
 }
 
@@ -354,4 +356,129 @@ async fn subscriptions_are_kept_only_for_resources_with_waiters_now() {
     // And it still hears the release at once.
     common::release_and_expect_hand_off(first, waiting, Duration::from_secs(2)).await;
     drop(held);
+}
+
+/// Announces (`PUBLISH`) and marks (`APPEND`) the server ran since `before`.
+fn announced_and_marked(
+    server: &RedisServer,
+    before: &std::collections::BTreeMap<String, u64>,
+) -> (u64, u64) {
+    let sent = common::delta(before, &server.commandstats());
+    let count = |name: &str| sent.get(name).copied().unwrap_or(0);
+    (count("publish"), count("append"))
+}
+
+/// Acquires `req` (free), lets `refuse` be refused by it, then releases it and returns how
+/// many announcements and marks the server made meanwhile.
+async fn cycle_with(
+    server: &RedisServer,
+    client: &leasehold_redis::RedisLeases,
+    req: &leasehold_redis::leasehold::LeaseRequest,
+    refuse: impl AsyncFnOnce(&leasehold_redis::leasehold::LeaseHandle<leasehold_redis::RedisBackend>),
+) -> (u64, u64) {
+    let before = server.commandstats();
+    let lease = client.try_acquire(req).await.into_handle().expect("free");
+    refuse(&lease).await;
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    announced_and_marked(server, &before)
+}
+
+/// A release is announced only when someone was refused the grant and may wait for it: an
+/// uncontended acquire and release runs no `PUBLISH` (D48). A refused acquire (contended, or
+/// the same owner's other operation) and an observer's watch mark the grant once, renewals
+/// keep the mark, and its release is announced exactly once. An inspection marks nothing.
+#[tokio::test]
+async fn a_release_is_announced_only_when_someone_waited_for_it() {
+    use leasehold_redis::leasehold::{HolderName, InspectOutcome, LeaseBackend, OperationId};
+    let server = RedisServer::start();
+    let client = client(&server);
+    client.backend().warm_up().await.unwrap();
+    let ttl = Duration::from_secs(10);
+
+    // Nobody waited: no announcement, no mark, even after an inspection.
+    let alone = request(&client, "an/1", "op-a", ttl);
+    assert_eq!(
+        cycle_with(&server, &client, &alone, async |_| {}).await,
+        (0, 0)
+    );
+    let inspected = request(&client, "an/1", "op-b", ttl);
+    let counts = cycle_with(&server, &client, &inspected, async |_| {
+        let found = client
+            .inspect(inspected.purpose(), inspected.resource(), None)
+            .await;
+        assert!(matches!(found, InspectOutcome::HeldByOther(_)), "{found:?}");
+    })
+    .await;
+    assert_eq!(counts, (0, 0));
+
+    // Refused twice and renewed: one mark, one announcement, and the value ends in exactly
+    // one mark.
+    let held = request(&client, "an/2", "op-a", ttl);
+    let key = common::lease_key(&client, &held);
+    let counts = cycle_with(&server, &client, &held, async |lease| {
+        for op in ["op-b", "op-c"] {
+            let other = request(&client, "an/2", op, ttl);
+            assert!(matches!(
+                client.try_acquire(&other).await,
+                AcquireOutcome::Contended(_)
+            ));
+        }
+        assert!(lease.renew().await.is_renewed());
+        let value = server.cmd(&["GET", &key]).as_string().unwrap();
+        assert!(value.ends_with(":op-a\n\n\n"), "{value:?}");
+        assert!(common::is_marked(&server, &key));
+    })
+    .await;
+    assert_eq!(counts, (1, 1));
+
+    // With a holder name, the mark follows it, and the name still reads as it was.
+    let name = HolderName::new("host-7").unwrap();
+    let named = request(&client, "an/3", "op-a", ttl).with_holder_name(name.clone());
+    let key = common::lease_key(&client, &named);
+    let counts = cycle_with(&server, &client, &named, async |_| {
+        let other = request(&client, "an/3", "op-b", ttl);
+        match client.try_acquire(&other).await {
+            AcquireOutcome::Contended(c) => assert_eq!(c.holder_name.as_ref(), Some(&name)),
+            refused => panic!("expected Contended, got {refused:?}"),
+        }
+        let value = server.cmd(&["GET", &key]).as_string().unwrap();
+        assert!(value.ends_with("\n\nhost-7\n"), "{value:?}");
+        match client
+            .inspect(named.purpose(), named.resource(), None)
+            .await
+        {
+            InspectOutcome::HeldByOther(view) => assert_eq!(view.holder_name, Some(name.clone())),
+            found => panic!("{found:?}"),
+        }
+    })
+    .await;
+    assert_eq!(counts, (1, 1));
+
+    // The same owner's other operation is refused too, and may wait as well.
+    let owner = request(&client, "an/4", "op-a", ttl);
+    let counts = cycle_with(&server, &client, &owner, async |_| {
+        let conflict = owner.for_attempt(
+            owner
+                .attempt()
+                .with_operation(OperationId::new("op-b").unwrap()),
+        );
+        assert!(matches!(
+            client.try_acquire(&conflict).await,
+            AcquireOutcome::OwnerOperationConflict(_)
+        ));
+    })
+    .await;
+    assert_eq!(counts, (1, 1));
+
+    // An observer's watch marks the grant it reads, so that a resignation is announced.
+    let watched = request(&client, "an/5", "op-a", ttl);
+    let counts = cycle_with(&server, &client, &watched, async |_| {
+        let found = client
+            .backend()
+            .inspect_watched(watched.purpose(), watched.resource())
+            .await;
+        assert!(matches!(found, InspectOutcome::HeldByOther(_)), "{found:?}");
+    })
+    .await;
+    assert_eq!(counts, (1, 1));
 }

@@ -57,6 +57,34 @@ pub struct SimBackend {
 }
 
 impl SimBackend {
+    /// An inspection; with `mark`, a watch's, which marks the grant found (`watch.lua`). Only
+    /// the mark changes anything, so a lost reply is only an unknown answer, and a request
+    /// lost on its way marks nothing.
+    async fn read(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        attempt: Option<&Attempt>,
+        mark: bool,
+    ) -> InspectOutcome {
+        let key = key_of(purpose, resource);
+        match self.depart(RequestKind::Inspect) {
+            Some(Fault::LoseRequest | Fault::LateRequest(_)) => {
+                self.server.pass(self.command_timeout).await;
+                self.timed_out().into()
+            }
+            Some(Fault::LoseReply) => {
+                let _ = self.server.inspect_now(&key, attempt, mark);
+                self.server.pass(self.command_timeout).await;
+                self.timed_out().into()
+            }
+            Some(Fault::DelayRequest(d) | Fault::DelayReply(d)) => {
+                self.server.pass(d.min(self.command_timeout)).await;
+                self.server.inspect_now(&key, attempt, mark)
+            }
+            None => self.server.inspect_now(&key, attempt, mark),
+        }
+    }
     pub(crate) fn new(server: SimServer, command_timeout: Duration) -> Self {
         Self {
             server,
@@ -245,18 +273,15 @@ impl LeaseBackend for SimBackend {
         resource: &ResourceDigest,
         attempt: Option<&Attempt>,
     ) -> InspectOutcome {
-        // Inspection changes nothing, so a lost reply is only an unknown answer.
-        match self.depart(RequestKind::Inspect) {
-            Some(Fault::LoseRequest | Fault::LoseReply | Fault::LateRequest(_)) => {
-                self.server.pass(self.command_timeout).await;
-                self.timed_out().into()
-            }
-            Some(Fault::DelayRequest(d) | Fault::DelayReply(d)) => {
-                self.server.pass(d.min(self.command_timeout)).await;
-                self.server.inspect_now(&key_of(purpose, resource), attempt)
-            }
-            None => self.server.inspect_now(&key_of(purpose, resource), attempt),
-        }
+        self.read(purpose, resource, attempt, false).await
+    }
+
+    async fn inspect_watched(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+    ) -> InspectOutcome {
+        self.read(purpose, resource, None, true).await
     }
 
     fn watch(&self, purpose: &Purpose, resource: &ResourceDigest) -> ReleaseWatch {

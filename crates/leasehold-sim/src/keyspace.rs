@@ -6,7 +6,9 @@
 //! value is what the scripts store, `"<fence>:<token>:<operation>"`, followed by
 //! `"\n<hold until>\n<holder name>"` when the grant has a minimum hold or a holder name, kept
 //! here as its parts. A grant released before its hold ended is kept as a record whose token
-//! is `"~"` and the released token's fingerprint, as `release.lua` writes it.
+//! is `"~"` and the released token's fingerprint, as `release.lua` writes it. A grant someone
+//! was refused is marked, as `acquire.lua` marks it, and only a marked grant's release is
+//! announced.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +27,9 @@ pub(crate) struct Stored {
     /// When the minimum hold ends, by the server's clock in microseconds.
     pub(crate) hold_until_us: Option<i64>,
     pub(crate) holder_name: Option<HolderName>,
+    /// Someone was refused this grant (an acquire, or a watch's read): its release is
+    /// announced. Never set on a record kept after release.
+    pub(crate) marked: bool,
 }
 
 /// What a released record's token opens with: not Base64URL, so no owner token is ever equal

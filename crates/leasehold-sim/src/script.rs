@@ -11,8 +11,9 @@
 //! `max(ttl, hold left)`, and a release before the hold ends keeps the key as a released
 //! record (token `~<fingerprint>`, same fence and holder name) until the hold ends, answering
 //! `Released`; the same attempt releasing it again is answered `Released` with nothing
-//! changed. The differential tests against real redis-server hold the two to the same
-//! replies.
+//! changed. An acquire refused by a grant marks it, and a release announces only a marked
+//! grant (D48). The differential tests against real redis-server hold the two to the same
+//! replies, and to the same count of announcements.
 
 use std::time::Duration;
 
@@ -110,6 +111,7 @@ impl ServerState {
                             hold_until_us: (*min_hold_ms > 0)
                                 .then(|| now_us.saturating_add(min_hold_ms.saturating_mul(1000))),
                             holder_name: holder_name.clone(),
+                            marked: false,
                         },
                     );
                     Applied::Acquire(AcquireReply::Granted(GrantReply::new(
@@ -132,12 +134,15 @@ impl ServerState {
                     .with_holder_name(stored.holder_name.clone())
                     .with_released(stored.is_released());
                     // A released record's token never equals an owner token.
+                    if stored.token == *token && stored.operation == *operation {
+                        return Applied::Acquire(AcquireReply::Replayed(GrantReply::new(
+                            fence,
+                            duration_ms(pttl),
+                        )));
+                    }
+                    self.mark(key);
                     Applied::Acquire(if stored.token == *token {
-                        if stored.operation == *operation {
-                            AcquireReply::Replayed(GrantReply::new(fence, duration_ms(pttl)))
-                        } else {
-                            AcquireReply::OwnerOperationConflict(contention)
-                        }
+                        AcquireReply::OwnerOperationConflict(contention)
                     } else {
                         AcquireReply::Contended(contention)
                     })
@@ -203,11 +208,15 @@ impl ServerState {
             if let Some(kept) = self.keyspace.leases.get_mut(key) {
                 kept.token = record_token;
                 kept.expires_at_ms = now + left;
+                kept.marked = false;
             }
         } else {
-            // Deleted and announced; a record kept for a minimum hold announces nothing.
+            // Deleted, and announced if someone was refused it; a record kept for a minimum
+            // hold announces nothing.
             self.keyspace.leases.remove(key);
-            self.announce(key);
+            if stored.marked {
+                self.announce(key);
+            }
         }
         Applied::Release(ReleaseReply::Released)
     }

@@ -294,7 +294,19 @@ impl SimServer {
         ReleaseWatch::new(Arc::clone(notify))
     }
 
-    pub(crate) fn inspect_now(&self, key: &str, attempt: Option<&Attempt>) -> InspectOutcome {
+    /// Returns how many releases the server has announced, whether anyone heard them or not:
+    /// what `INFO commandstats` counts as `PUBLISH` calls on Redis.
+    pub fn notices_published(&self) -> u64 {
+        self.lock().announced
+    }
+
+    /// Inspects `key`, and with `mark`, marks the grant found, as `watch.lua` does.
+    pub(crate) fn inspect_now(
+        &self,
+        key: &str,
+        attempt: Option<&Attempt>,
+        mark: bool,
+    ) -> InspectOutcome {
         let mut state = self.lock();
         if let Some(refused) = state.refusal(self.world_now()) {
             return refused.into();
@@ -303,6 +315,9 @@ impl SimServer {
         let Some(stored) = state.keyspace.live(key, now) else {
             return InspectOutcome::Free;
         };
+        if mark {
+            state.mark(key);
+        }
         let pttl = stored.expires_at_ms - now;
         let view = LeaseView::new(
             FenceToken::new(stored.fence),

@@ -42,6 +42,8 @@ pub(crate) struct ServerState {
     pub(crate) non_owner_successes: Vec<NonOwnerSuccess>,
     /// Release notices by key: what `release.lua` publishes when it deletes a key.
     pub(crate) notices: HashMap<String, Arc<tokio::sync::Notify>>,
+    /// How many releases were announced, watched or not (what `PUBLISH` counts on Redis).
+    pub(crate) announced: u64,
 }
 
 impl std::fmt::Debug for ServerState {
@@ -69,13 +71,27 @@ impl ServerState {
             down: None,
             non_owner_successes: Vec::new(),
             notices: HashMap::new(),
+            announced: 0,
         }
     }
 
     /// Announces the release of `key` to its watchers, as `release.lua`'s `PUBLISH` does.
-    pub(crate) fn announce(&self, key: &str) {
+    pub(crate) fn announce(&mut self, key: &str) {
+        self.announced += 1;
         if let Some(notify) = self.notices.get(key) {
             notify.notify_waiters();
+        }
+    }
+
+    /// Marks the grant at `key`, if it is one (not a record kept after release), so that its
+    /// release is announced: `acquire.lua`'s and `watch.lua`'s `APPEND`. Not a write that a
+    /// lossy failover counts: a failover may lose it or keep it, and a waiter then wakes by
+    /// the holder's TTL, as after any missed notice.
+    pub(crate) fn mark(&mut self, key: &str) {
+        if let Some(stored) = self.keyspace.leases.get_mut(key)
+            && !stored.is_released()
+        {
+            stored.marked = true;
         }
     }
 

@@ -266,6 +266,23 @@ pub trait LeaseBackend: Send + Sync + 'static {
         attempt: Option<&Attempt>,
     ) -> impl Future<Output = InspectOutcome> + Send;
 
+    /// Reads who holds the lease, as [`inspect`](Self::inspect) does without an attempt, for a
+    /// reader that then waits for the holder's release notice (an election's observer). A
+    /// backend that announces only the releases someone waits for makes sure that this
+    /// holder's is announced (the Redis backend marks the grant, as a refused acquire does).
+    /// The default is `inspect`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: at most, the holder's release is announced.
+    fn inspect_watched(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+    ) -> impl Future<Output = InspectOutcome> + Send {
+        self.inspect(purpose, resource, None)
+    }
+
     /// Subscribes to release notices for `resource`. Notices are hints that only make a
     /// waiter retry sooner: a missed one costs latency, never safety. The default has none.
     fn watch(&self, purpose: &Purpose, resource: &ResourceDigest) -> ReleaseWatch {

@@ -12,7 +12,7 @@ use std::io::Write as _;
 use redis::Cmd;
 
 use super::{AcquireCall, LeaseScript, ReleaseCall, ScriptArg, ScriptCall};
-use crate::keys::{FENCE_SUFFIX, RELEASED_SUFFIX};
+use crate::keys::FENCE_SUFFIX;
 
 /// One acquire or release that may share a script run with others. Owns what it sends, since
 /// another caller may send it; holds the owner token: no `Debug`.
@@ -71,8 +71,8 @@ impl AcquireEntry {
     }
 }
 
-/// A release of one grant by its fence, announced with `PUBLISH` (never on a Cluster, whose
-/// keys of one run must share a slot).
+/// A release of one grant by its fence, announced (if someone was refused the grant) with
+/// `PUBLISH` (never on a Cluster, whose keys of one run must share a slot).
 pub(crate) struct ReleaseEntry {
     pub(crate) lease_key: String,
     /// `<fence>:<owner token>:<operation id>`.
@@ -84,7 +84,6 @@ impl BatchEntry for ReleaseEntry {
 
     fn push_keys(&self, cmd: &mut Cmd) {
         cmd.arg(&self.lease_key);
-        push_joined(cmd, &self.lease_key, RELEASED_SUFFIX);
     }
 
     fn push_args(&self, cmd: &mut Cmd) {
@@ -92,7 +91,7 @@ impl BatchEntry for ReleaseEntry {
     }
 
     fn len_hint(&self) -> usize {
-        2 * self.lease_key.len() + RELEASED_SUFFIX.len() + self.grant.len()
+        self.lease_key.len() + self.grant.len()
     }
 }
 

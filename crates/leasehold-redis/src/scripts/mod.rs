@@ -224,21 +224,21 @@ macro_rules! script_call {
         $(#[$doc:meta])*
         struct $name:ident $(<$lt:lifetime>)? runs $file:literal {
             KEYS { $($key:ident),+ $(,)? }
-            ARGV { $($arg:ident: $ty:ty),+ $(,)? }
+            $(ARGV { $($arg:ident: $ty:ty),+ $(,)? })?
             $(OPTIONAL { $($opt:ident: $opt_ty:ty),+ $(,)? })?
         }
     ) => {
         $(#[$doc])*
         pub(crate) struct $name $(<$lt>)? {
             $(pub(crate) $key: String,)+
-            $(pub(crate) $arg: $ty,)+
+            $($(pub(crate) $arg: $ty,)+)?
             $($(pub(crate) $opt: $opt_ty,)+)?
         }
 
         impl<$($lt)?> $crate::scripts::ScriptCall for $name<$($lt)?> {
             const KEYS: &'static [&'static str] = &[$(stringify!($key)),+];
             const ARGV: &'static [&'static str] =
-                &[$(stringify!($arg),)+ $($(stringify!($opt),)+)?];
+                &[$($(stringify!($arg),)+)? $($(stringify!($opt),)+)?];
 
             fn script() -> &'static $crate::scripts::LeaseScript {
                 static SCRIPT: std::sync::LazyLock<$crate::scripts::LeaseScript> =
@@ -254,7 +254,7 @@ macro_rules! script_call {
             fn push_args(&self, cmd: &mut redis::Cmd) {
                 cmd.arg(Self::KEYS.len());
                 $(cmd.arg(&self.$key);)+
-                $($crate::scripts::ScriptArg::push_to(&self.$arg, cmd);)+
+                $($($crate::scripts::ScriptArg::push_to(&self.$arg, cmd);)+)?
                 $(
                     let optional: &[&dyn $crate::scripts::ScriptArg] = &[$(&self.$opt),+];
                     let sent = optional
@@ -269,7 +269,7 @@ macro_rules! script_call {
 
             fn args_len(&self) -> usize {
                 0 $(+ self.$key.len())+
-                    $(+ $crate::scripts::ScriptArg::len_hint(&self.$arg))+
+                    $($(+ $crate::scripts::ScriptArg::len_hint(&self.$arg))+)?
                     $($(+ $crate::scripts::ScriptArg::len_hint(&self.$opt))+)?
             }
         }
@@ -283,6 +283,7 @@ mod fenced_write;
 mod inspect;
 mod release;
 mod renew;
+mod watch;
 
 pub(crate) use acquire::AcquireCall;
 pub(crate) use batch::{AcquireEntry, BatchCall, BatchEntry, ReleaseEntry};
@@ -291,15 +292,17 @@ pub(crate) use fenced_write::FencedWriteCall;
 pub(crate) use inspect::InspectCall;
 pub(crate) use release::ReleaseCall;
 pub(crate) use renew::{RenewCall, RenewGrant};
+pub(crate) use watch::WatchCall;
 
-/// Every script, for warm-up: the four lease scripts, the fenced write, then an operator's
-/// break.
-pub(crate) fn all() -> [&'static LeaseScript; 6] {
+/// Every script, for warm-up: the four lease scripts, an observer's watch, the fenced write,
+/// then an operator's break.
+pub(crate) fn all() -> [&'static LeaseScript; 7] {
     [
         AcquireCall::script(),
         RenewCall::script(),
         ReleaseCall::script(),
         InspectCall::script(),
+        WatchCall::script(),
         FencedWriteCall::script(),
         BreakCall::script(),
     ]
@@ -511,7 +514,6 @@ mod tests {
         };
         let release = ReleaseCall {
             lease_key: "lk".to_owned(),
-            release_channel: "ch".to_owned(),
             grant: GrantArg {
                 fence: None,
                 attempt,
@@ -524,7 +526,7 @@ mod tests {
             [b"EVAL".to_vec(), ReleaseCall::script().source.into()]
         );
         // No fence: the grant opens with ':', whatever fence the attempt's grant carries.
-        let sent: [&[u8]; 5] = [b"2", b"lk", b"ch", b":tok:op:1", b"1"];
+        let sent: [&[u8]; 4] = [b"1", b"lk", b":tok:op:1", b"1"];
         assert_eq!(eval[2..], sent.map(<[u8]>::to_vec));
         // Not sharded: the flag is left out, and PUBLISH is the script's default.
         let unsharded = ReleaseCall {
@@ -535,7 +537,7 @@ mod tests {
             },
             ..release
         };
-        let sent: [&[u8]; 4] = [b"2", b"lk", b"ch", b"5:tok:op:1"];
+        let sent: [&[u8]; 3] = [b"1", b"lk", b"5:tok:op:1"];
         assert_eq!(words(&unsharded.evalsha())[2..], sent.map(<[u8]>::to_vec));
 
         let grant = |key, fence| RenewGrant {

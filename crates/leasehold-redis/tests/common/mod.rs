@@ -68,6 +68,7 @@ pub fn lease_key(client: &RedisLeases, request: &LeaseRequest) -> String {
 /// Commands the lease scripts run *inside* EVALSHA; INFO commandstats counts them too.
 pub const SCRIPT_INTERNAL: &[&str] = &[
     "get", "set", "incr", "time", "pttl", "pexpire", "del", "publish", "spublish", "hget", "hset",
+    "append",
 ];
 
 /// Calls per command between two commandstats snapshots, leaving out INFO itself.
@@ -144,6 +145,27 @@ pub fn shard_subscribers(node: &RedisServer, channel: &str) -> i64 {
         Reply::Array(Some(items)) => items.get(1).and_then(Reply::as_int).unwrap_or(0),
         other => panic!("PUBSUB SHARDNUMSUB replied {other:?}"),
     }
+}
+
+/// Returns true if and only if the lease key `key` on `node` holds a marked grant: one that
+/// someone was refused, whose release is announced (D48; `acquire.lua` describes the mark).
+pub fn is_marked(node: &RedisServer, key: &str) -> bool {
+    node.cmd(&["GET", key])
+        .as_string()
+        .is_some_and(|value| value.matches('\n').count() == 3 && value.ends_with('\n'))
+}
+
+/// Waits (bounded) until the grant at `key` on `node` is marked: a waiter has tried and been
+/// refused, so the release is announced. A release before that would be heard by no one, and
+/// the waiter's first try would find the key free.
+pub async fn until_marked(node: &RedisServer, key: &str) {
+    for _ in 0..500 {
+        if is_marked(node, key) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the grant at {key} was never marked");
 }
 
 /// Waits (bounded) until `node` has a shard subscriber on `channel`.

@@ -294,4 +294,21 @@ impl<B: LeaseBackend> LeaseClient<B> {
         .instrument(span)
         .await
     }
+
+    /// [`inspect`](Self::inspect) without an attempt, by a reader that then waits for the
+    /// holder's release notice ([`LeaseBackend::inspect_watched`]).
+    pub(crate) async fn inspect_watched(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+    ) -> InspectOutcome {
+        let span = lease_span!(TRACE, "inspect", purpose, resource);
+        async {
+            let outcome = self.backend.inspect_watched(purpose, resource).await;
+            tracing::trace!(outcome = telemetry::inspect_kind(&outcome), "inspected");
+            outcome
+        }
+        .instrument(span)
+        .await
+    }
 }

@@ -72,6 +72,19 @@ fn leader_of(view: LeaseView) -> Result<Option<Leader>, ObserveError> {
     }))
 }
 
+/// What an inspection's outcome says of the election.
+fn read_leader(outcome: InspectOutcome) -> Result<Option<Leader>, ObserveError> {
+    match outcome {
+        InspectOutcome::Free => Ok(None),
+        InspectOutcome::HeldByOther(view) | InspectOutcome::HeldByThisAttempt(view) => {
+            leader_of(view)
+        }
+        InspectOutcome::Indeterminate(i) => Err(ObserveError::Indeterminate(i)),
+        InspectOutcome::Unavailable(u) => Err(ObserveError::Unavailable(u)),
+        InspectOutcome::Overloaded => Err(ObserveError::Overloaded),
+    }
+}
+
 impl<B: LeaseBackend> Election<B> {
     /// Reads who leads now: `None` when nobody does. One round trip.
     ///
@@ -79,19 +92,21 @@ impl<B: LeaseBackend> Election<B> {
     ///
     /// An [`ObserveError`] when the server could not say.
     pub async fn leader(&self) -> Result<Option<Leader>, ObserveError> {
-        match self
-            .client()
-            .inspect(self.purpose(), self.resource(), None)
-            .await
-        {
-            InspectOutcome::Free => Ok(None),
-            InspectOutcome::HeldByOther(view) | InspectOutcome::HeldByThisAttempt(view) => {
-                leader_of(view)
-            }
-            InspectOutcome::Indeterminate(i) => Err(ObserveError::Indeterminate(i)),
-            InspectOutcome::Unavailable(u) => Err(ObserveError::Unavailable(u)),
-            InspectOutcome::Overloaded => Err(ObserveError::Overloaded),
-        }
+        read_leader(
+            self.client()
+                .inspect(self.purpose(), self.resource(), None)
+                .await,
+        )
+    }
+
+    /// [`leader`](Self::leader), by a watch that then waits for the leader's release notice:
+    /// the backend makes sure that the leader's resignation is announced.
+    async fn leader_watched(&self) -> Result<Option<Leader>, ObserveError> {
+        read_leader(
+            self.client()
+                .inspect_watched(self.purpose(), self.resource())
+                .await,
+        )
     }
 
     /// Follows the leader: [`LeaderWatch::next`] returns the leader now, then every change of
@@ -154,7 +169,7 @@ impl<B: LeaseBackend> LeaderWatch<B> {
             let released = notify.notified();
             let mut released = std::pin::pin!(released);
             released.as_mut().enable();
-            let leader = self.election.leader().await?;
+            let leader = self.election.leader_watched().await?;
             let term = leader.as_ref().map(|l| l.term);
             if self.last != Some(term) {
                 self.last = Some(term);
