@@ -240,10 +240,10 @@ impl Link {
         }
     }
 
-    /// Sends one command on `connection`, classifying any failure.
-    async fn send(&self, current: &Current, cmd: &Cmd) -> Result<Value, Classified> {
-        let mut connection = current.connection.clone();
-        let result = connection.query(cmd).await.and_then(server_error);
+    /// Sends one command on `current`'s connection (a clone the caller owns, so that nothing is
+    /// cloned again per command), classifying any failure.
+    async fn send(&self, current: &mut Current, cmd: &Cmd) -> Result<Value, Classified> {
+        let result = current.connection.query(cmd).await.and_then(server_error);
         result.map_err(|err| self.classify(current, &err))
     }
 
@@ -251,7 +251,7 @@ impl Link {
     /// replicas. Returns the script's reply and, when gated, how many replicas confirmed it.
     async fn send_script(
         &self,
-        current: &Current,
+        current: &mut Current,
         evalsha: &Cmd,
         gate: Option<ReplicationGate>,
     ) -> Result<(Value, Option<u32>), Classified> {
@@ -266,18 +266,21 @@ impl Link {
             .cmd("WAIT")
             .arg(gate.replicas())
             .arg(u64::try_from(gate.timeout().as_millis()).unwrap_or(u64::MAX));
-        let mut connection = current.connection.clone();
-        let result = connection.query_pipeline(&pipe).await.and_then(|replies| {
-            let mut replies = replies.into_iter();
-            let reply = server_error(replies.next().unwrap_or(Value::Nil))?;
-            // A WAIT that failed (say, refused on a replica) confirmed nothing; the script's
-            // reply stands and the gate decides what it means.
-            let confirmed = match replies.next() {
-                Some(Value::Int(n)) => u32::try_from(n).unwrap_or(0),
-                _ => 0,
-            };
-            Ok((reply, Some(confirmed)))
-        });
+        let result = current
+            .connection
+            .query_pipeline(&pipe)
+            .await
+            .and_then(|replies| {
+                let mut replies = replies.into_iter();
+                let reply = server_error(replies.next().unwrap_or(Value::Nil))?;
+                // A WAIT that failed (say, refused on a replica) confirmed nothing; the script's
+                // reply stands and the gate decides what it means.
+                let confirmed = match replies.next() {
+                    Some(Value::Int(n)) => u32::try_from(n).unwrap_or(0),
+                    _ => 0,
+                };
+                Ok((reply, Some(confirmed)))
+            });
         result.map_err(|err| self.classify(current, &err))
     }
 
@@ -300,7 +303,7 @@ impl Link {
         call: &C,
         gate: Option<ReplicationGate>,
     ) -> Result<(Value, Option<u32>), Failure> {
-        let started = std::time::Instant::now();
+        let started = traced();
         let replied = self.eval_sha(call, gate).await;
         trace_command("EVALSHA", C::script().name, started, replied.as_ref().err());
         replied
@@ -318,17 +321,17 @@ impl Link {
             .try_acquire()
             .map_err(|_| Failure::Overloaded)?;
         let _counted = InFlight::start();
-        let current = self.connection().await.map_err(Failure::Unavailable)?;
+        let mut current = self.connection().await.map_err(Failure::Unavailable)?;
         let script = C::script();
         let evalsha = call.evalsha();
-        match self.send_script(&current, &evalsha, gate).await {
+        match self.send_script(&mut current, &evalsha, gate).await {
             Err(Classified::NoScript) => {}
             replied => return replied.map_err(Failure::from),
         }
         tracing::debug!(script = script.name, "NOSCRIPT: loading the script again");
         let mut load = redis::cmd("SCRIPT");
         load.arg("LOAD").arg(script.source);
-        if let Err(failed) = self.send(&current, &load).await {
+        if let Err(failed) = self.send(&mut current, &load).await {
             // The lease command has not run: the first EVALSHA was refused with NOSCRIPT and
             // the second was never sent. Whatever went wrong with the load, nothing applied.
             let detail = match failed {
@@ -341,7 +344,7 @@ impl Link {
                 format!("loading the {} script failed: {detail}", script.name),
             )));
         }
-        match self.send_script(&current, &evalsha, gate).await {
+        match self.send_script(&mut current, &evalsha, gate).await {
             Err(Classified::NoScript) => Err(Failure::Unavailable(Unavailable::new(
                 UnavailableCause::ScriptMissing,
                 format!(
@@ -358,7 +361,7 @@ impl Link {
     /// an unanswered acquire, which a stalled server may only run after the client has gone).
     /// One round trip, no retry.
     pub(crate) async fn eval_source<C: ScriptCall>(&self, call: &C) -> Result<Value, Failure> {
-        let started = std::time::Instant::now();
+        let started = traced();
         let replied = self.eval_whole(call).await;
         trace_command("EVAL", C::script().name, started, replied.as_ref().err());
         replied
@@ -371,10 +374,10 @@ impl Link {
             .try_acquire()
             .map_err(|_| Failure::Overloaded)?;
         let _counted = InFlight::start();
-        let current = self.connection().await.map_err(Failure::Unavailable)?;
+        let mut current = self.connection().await.map_err(Failure::Unavailable)?;
         let script = C::script();
         let eval = call.eval();
-        match self.send(&current, &eval).await {
+        match self.send(&mut current, &eval).await {
             // EVAL carries its source: NOSCRIPT cannot come back, and if it did, nothing ran.
             Err(Classified::NoScript) => Err(Failure::Unavailable(Unavailable::new(
                 UnavailableCause::ScriptMissing,
@@ -416,11 +419,13 @@ impl Link {
 
     /// Connects and loads `scripts`, so that later commands are one round trip each.
     pub(crate) async fn load(&self, scripts: &[&LeaseScript]) -> Result<(), Failure> {
-        let current = self.connection().await.map_err(Failure::Unavailable)?;
+        let mut current = self.connection().await.map_err(Failure::Unavailable)?;
         for script in scripts {
             let mut load = redis::cmd("SCRIPT");
             load.arg("LOAD").arg(script.source);
-            self.send(&current, &load).await.map_err(Failure::from)?;
+            self.send(&mut current, &load)
+                .await
+                .map_err(Failure::from)?;
         }
         Ok(())
     }
@@ -550,14 +555,23 @@ fn cluster_masters(slots: &Value) -> Option<Vec<(String, u16)>> {
     Some(masters)
 }
 
+/// When a command starts, if its `trace` event will be logged: the clock is read only then, as
+/// the hot path would otherwise read it twice per command for nothing.
+fn traced() -> Option<std::time::Instant> {
+    tracing::enabled!(tracing::Level::TRACE).then(std::time::Instant::now)
+}
+
 /// A `trace` event per lease command: the command, the script, the latency and how it failed,
 /// if it did (the kind and cause only: a reply's text is not logged).
 fn trace_command(
     command: &str,
     script: &str,
-    started: std::time::Instant,
+    started: Option<std::time::Instant>,
     failed: Option<&Failure>,
 ) {
+    let Some(started) = started else {
+        return;
+    };
     let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
     match failed {
         None => tracing::trace!(command, script, us, "replied"),
