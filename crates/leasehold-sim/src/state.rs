@@ -40,7 +40,7 @@ pub(crate) struct ServerState {
     pub(crate) down: Option<(Duration, &'static str)>,
     /// Renewals and releases that succeeded for a requester other than the stored holder.
     pub(crate) non_owner_successes: Vec<NonOwnerSuccess>,
-    /// Release notices by key: what `release.lua` publishes when it deletes a key.
+    /// Release notices by key: what `release.lua` publishes when it deletes a marked grant.
     pub(crate) notices: HashMap<String, Arc<tokio::sync::Notify>>,
     /// How many releases were announced, watched or not (what `PUBLISH` counts on Redis).
     pub(crate) announced: u64,
@@ -83,15 +83,21 @@ impl ServerState {
         }
     }
 
-    /// Marks the grant at `key`, if it is one (not a record kept after release), so that its
-    /// release is announced: `acquire.lua`'s and `watch.lua`'s `APPEND`. Not a write that a
-    /// lossy failover counts: a failover may lose it or keep it, and a waiter then wakes by
-    /// the holder's TTL, as after any missed notice.
+    /// Marks the grant at `key`, if it is an unmarked grant (not a record kept after
+    /// release), so that its release is announced: `acquire.lua`'s and `watch.lua`'s
+    /// `APPEND`. A write like any other, so a lossy failover can lose the mark and keep the
+    /// grant; its watchers are woken by the failover and mark the grant again as they retry.
     pub(crate) fn mark(&mut self, key: &str) {
-        if let Some(stored) = self.keyspace.leases.get_mut(key)
-            && !stored.is_released()
-        {
-            stored.marked = true;
+        let unmarked = self
+            .keyspace
+            .leases
+            .get(key)
+            .is_some_and(|stored| !stored.marked && !stored.is_released());
+        if unmarked {
+            self.before_write();
+            if let Some(stored) = self.keyspace.leases.get_mut(key) {
+                stored.marked = true;
+            }
         }
     }
 
