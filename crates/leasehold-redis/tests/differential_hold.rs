@@ -112,11 +112,13 @@ fn sequences() -> Vec<Vec<Act>> {
         release(0, 1),
     ];
 
-    // A hold that ends before the release: the release deletes, as without one.
+    // A hold that ends before the release: the release deletes, as without one, and announces
+    // itself, since someone was refused the grant (which marked it) before.
     let short = req(0, "c1-run-2", 20_000, 200, Some("host-1:22"));
     let next = req(0, "c2-run-2", 20_000, 0, None);
     let released_late = vec![
         acquire(1, &short),
+        acquire(2, &next),
         Act::Wait(600),
         release(1, 0),
         inspect(2, &next),
@@ -136,8 +138,11 @@ async fn the_simulation_agrees_with_real_redis_on_holds_and_names() {
                 .into_client()
         })
         .collect();
+    let mut total_notices = 0;
     for (case, sequence) in sequences().into_iter().enumerate() {
         server.cmd(&["FLUSHALL"]);
+        // Zeroes INFO commandstats: PUBLISH is counted from here.
+        server.cmd(&["CONFIG", "RESETSTAT"]);
         let mut sim = SimWorld::new();
         let mut real = World::new(clients.clone());
         let (mut simulated, mut actual): (Vec<Option<Signature>>, Vec<Option<Signature>>) =
@@ -158,7 +163,16 @@ async fn the_simulation_agrees_with_real_redis_on_holds_and_names() {
                     actual.push(None);
                 }
             }
+            // The same releases announced (D48), after every step.
+            let published = server.commandstats().get("publish").copied().unwrap_or(0);
+            assert_eq!(
+                sim.server.notices_published(),
+                published,
+                "sequence {case}, after {}: announcements disagree",
+                shown[shown.len() - 1]
+            );
         }
+        total_notices += sim.server.notices_published();
         let (simulated_ranks, actual_ranks) = (by_rank(&simulated), by_rank(&actual));
         for index in 0..sequence.len() {
             assert_eq!(
@@ -184,4 +198,6 @@ async fn the_simulation_agrees_with_real_redis_on_holds_and_names() {
             }
         }
     }
+    // The last sequence announces its marked grant's release: the count compared one.
+    assert!(total_notices > 0, "no release was announced");
 }

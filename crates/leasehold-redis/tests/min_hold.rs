@@ -110,12 +110,19 @@ async fn a_release_before_the_hold_ends_answers_released_and_keeps_the_key() {
         AcquireOutcome::Replayed(handle) => handle,
         other => panic!("expected Replayed, got {other:?}"),
     };
+    // Someone is refused the grant, so its release would be announced if it deleted the key.
+    let waiter = request(&client, "cron/once", "run-w", TTL);
+    assert!(matches!(
+        client.try_acquire(&waiter).await,
+        AcquireOutcome::Contended(_)
+    ));
+    assert!(common::is_marked(&server, &key));
 
     let before = server.commandstats();
     assert_eq!(lease.release().await, ReleaseOutcome::Released);
     assert_eq!(lease.state(), LeaseState::Released);
     let sent = common::delta(&before, &server.commandstats());
-    // No release notice: a waiter woken now would only be contended.
+    // No release notice, though someone waits: a waiter woken now would only be contended.
     assert!(!sent.contains_key("publish"), "{sent:?}");
     assert!(!sent.contains_key("del"), "{sent:?}");
     // The key stays for what is left of the hold (below the TTL it was granted with).
@@ -124,6 +131,8 @@ async fn a_release_before_the_hold_ends_answers_released_and_keeps_the_key() {
     let value = server.cmd(&["GET", &key]).as_string().expect("kept");
     let token = first.attempt().owner_token().expose_secret();
     assert!(!value.contains(token), "the record still names the token");
+    // Nor the mark: nothing is announced when the hold ends, by expiry.
+    assert!(!common::is_marked(&server, &key), "{value:?}");
     let grant_part = value.split('\n').next().expect("a grant part");
     assert_eq!(
         grant_part,
@@ -394,6 +403,13 @@ async fn on_a_cluster_a_min_hold_keeps_a_released_key_until_it_ends() {
         .expect("free");
     let key = lease_key(&client, &first);
     let node = cluster.node_for_key(&key);
+    // Refused once, so that the release would be announced if it deleted the key.
+    let waiter = request(&client, "cron/cluster", "run-w", TTL);
+    assert!(matches!(
+        client.try_acquire(&waiter).await,
+        AcquireOutcome::Contended(_)
+    ));
+    assert!(common::is_marked(node, &key));
     let before = node.commandstats();
     assert_eq!(lease.release().await, ReleaseOutcome::Released);
     let sent = common::delta(&before, &node.commandstats());
