@@ -12,7 +12,7 @@ use std::fmt;
 use leasehold::backend::{AcquireReply, Grant, ReleaseReply, RenewReply};
 use leasehold::{
     Attempt, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseBackend, LeaseClient,
-    LeaseRequest, Purpose, ResourceDigest,
+    LeaseRequest, Purpose, ResourceDigest, UnavailableCause,
 };
 
 use crate::batch::Batcher;
@@ -383,6 +383,17 @@ impl LeaseBackend for RedisBackend {
         };
         match self.link.eval(&call, None).await {
             Ok((value, _)) => WatchCall::decode(&value).unwrap_or_else(|e| unreadable(e).into()),
+            // A server that refuses writes (a replica, MISCONF, NOREPLICAS) refused the whole
+            // script, mark and read: the read alone still tells who holds the lease, and the
+            // reader then learns of a release by the holder's TTL.
+            Err(Failure::Unavailable(refused))
+                if matches!(
+                    refused.cause,
+                    UnavailableCause::ReadOnly | UnavailableCause::WritesRefused
+                ) =>
+            {
+                self.inspect(purpose, resource, None).await
+            }
             Err(failure) => failure.into(),
         }
     }

@@ -251,7 +251,8 @@ async fn the_in_flight_limit_gives_overloaded() {
 /// READONLY, NOPERM, OOM and BUSY are refusals before execution: not applied.
 #[tokio::test]
 async fn a_replica_refuses_writes_as_unavailable_and_still_inspects() {
-    let primary = RedisServer::start();
+    // Replicated at once, not after the default 5 s wait for more replicas to sync with.
+    let primary = RedisServer::start_with_args(&["--repl-diskless-sync-delay", "0"]);
     let replica = RedisServer::start();
     replica.cmd(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
     let client = client(&replica);
@@ -264,6 +265,36 @@ async fn a_replica_refuses_writes_as_unavailable_and_still_inspects() {
         client.inspect(req.purpose(), req.resource(), None).await,
         InspectOutcome::Free
     );
+    // A watch's read (an election observer's) marks the grant it finds, a write the replica
+    // refuses: it reads as an inspection instead, and the holder's grant stays unmarked.
+    use leasehold_redis::leasehold::LeaseBackend as _;
+    let on_primary = common::client(&primary);
+    let held = request(&on_primary, "ro", "op-b", Duration::from_secs(60));
+    let lease = on_primary
+        .try_acquire(&held)
+        .await
+        .into_handle()
+        .expect("free on the primary");
+    let key = common::lease_key(&client, &req);
+    let mut replicated = false;
+    for _ in 0..1500 {
+        replicated = replica.cmd(&["EXISTS", &key]).as_int() == Some(1);
+        if replicated {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(replicated, "the grant never reached the replica");
+    match client
+        .backend()
+        .inspect_watched(req.purpose(), req.resource())
+        .await
+    {
+        InspectOutcome::HeldByOther(view) => assert_eq!(view.fence, Some(lease.fence())),
+        other => panic!("expected the primary's grant, got {other:?}"),
+    }
+    assert!(!common::is_marked(&primary, &key));
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
 }
 
 #[tokio::test]

@@ -270,7 +270,9 @@ pub trait LeaseBackend: Send + Sync + 'static {
     /// reader that then waits for the holder's release notice (an election's observer). A
     /// backend that announces only the releases someone waits for makes sure that this
     /// holder's is announced (the Redis backend marks the grant, as a refused acquire does).
-    /// The default is `inspect`.
+    /// The default is `inspect`, right for a backend whose releases are all announced or none
+    /// are; a backend that wraps another must forward this method too, or its observers learn
+    /// of a resignation only by the leader's TTL.
     ///
     /// # Cancel safety
     ///
