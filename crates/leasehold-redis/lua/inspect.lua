@@ -7,7 +7,7 @@
 -- ARGV[1]  owner token of the inspecting attempt, or "" to inspect without one
 -- ARGV[2]  operation id of the inspecting attempt, or ""
 --
--- The stored value is read in both of its forms (acquire.lua describes them).
+-- The stored value is read in every form (acquire.lua describes them), a marked one included.
 --
 -- Replies (fence a decimal string, holder, name and released as in acquire.lua):
 --   {0}                         free: the key is absent

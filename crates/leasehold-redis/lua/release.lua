@@ -16,7 +16,7 @@
 -- and the reply is a table of n integers, in order.
 --
 -- Releases only the exact grant, which is the stored value up to its first newline
--- (acquire.lua describes both forms of the value). The fence counter is never deleted.
+-- (acquire.lua describes every form of the value). The fence counter is never deleted.
 --
 -- A grant whose minimum hold has not ended is not deleted: the value is rewritten with the
 -- owner token replaced by "~" and the token's holder fingerprint (16 hex digits), keeping the

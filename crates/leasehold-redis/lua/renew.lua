@@ -7,7 +7,7 @@
 -- ARGV[2]  TTL in milliseconds (positive integer): the grant's TTL, set again
 --
 -- Renews only the exact grant, which is the stored value up to its first newline (acquire.lua
--- describes both forms of the value): a lease that lapsed and was granted again (a new fence)
+-- describes every form of the value): a lease that lapsed and was granted again (a new fence)
 -- is never extended by its old holder, nor is a grant released before its minimum hold ended.
 -- A lease key of another type (a hash, a list) is not this grant either. Each grant is renewed
 -- on its own, as if by a call of its own: one that is gone does not keep the others from being
@@ -34,8 +34,8 @@ for i = 1, #KEYS do
   repeat
     -- A GET that reports a key of another type instead of raising WRONGTYPE.
     local current = redis.pcall('GET', key)
-    -- Most often the stored value is exactly the grant (neither a hold nor a name): nothing
-    -- else is looked at.
+    -- Most often the stored value is exactly the grant (neither a hold, nor a name, nor a
+    -- mark): nothing else is looked at.
     if current ~= wanted then
       if not current then
         reply = 0

@@ -1,6 +1,7 @@
 //! Release notices: one subscriber connection per backend serves every watched resource.
 //!
-//! `release.lua` publishes the released fence on the resource's channel. The subscriber task
+//! `release.lua` publishes the released fence on the resource's channel when someone was
+//! refused the grant (a waiter's try, or an observer's read, marked it: D48). The subscriber task
 //! keeps one pub/sub connection, subscribes to each channel the first time a waiter watches
 //! it, and wakes that channel's waiters on every message. When the connection is lost it wakes
 //! *every* waiter (so none sleeps through a release it could not hear), then reconnects and
