@@ -3,10 +3,11 @@
 -- waits for the holder's release notice (an election's observer): it marks the grant it
 -- finds, as a refused acquire does (see acquire.lua), so that the grant's release is
 -- announced. The mark is the only write; a value already marked, a record kept after release
--- and a value of a form the scripts do not write are left as they are. On a replica the
--- script is refused (READONLY), so a watch there fails rather than wait for a notice that
--- would never come: inspect.lua, which writes nothing, still reads there.
--- Allowed under maxmemory (allow-oom): the mark is one to three bytes.
+-- and a value of a form the scripts do not write are left as they are. A server that refuses
+-- writes (a replica: READONLY; MISCONF, NOREPLICAS) refuses the whole script, and the backend
+-- then reads with inspect.lua, which writes nothing, so the reader learns of a release by the
+-- holder's TTL. Allowed under maxmemory (allow-oom): the mark adds one to three bytes to a
+-- value of under 200 (APPEND may move the value to a larger allocation).
 --
 -- KEYS[1]  lease key
 -- KEYS[2]  fence counter key   (read only when the lease is free, to tell whether it can be

@@ -37,6 +37,9 @@ pub struct RedisBackend {
     acquires: std::sync::Arc<Batcher<AcquireEntry>>,
     releases: std::sync::Arc<Batcher<ReleaseEntry>>,
     notices: notices::Notices,
+    /// When a watch's read was last refused because the server refuses writes: for
+    /// [`WATCH_REFUSED_FOR`] after that, watches read with `inspect.lua` at once.
+    watch_refused_at: std::sync::Mutex<Option<std::time::Instant>>,
     keys: KeyLayout,
     settings: RedisSettings,
     endpoint: String,
@@ -75,6 +78,7 @@ impl RedisBackend {
             acquires: Batcher::new(),
             releases: Batcher::new(),
             notices,
+            watch_refused_at: std::sync::Mutex::new(None),
             keys: KeyLayout::new(&settings),
             settings,
             endpoint,
@@ -129,6 +133,11 @@ impl RedisBackend {
         &self.link
     }
 }
+
+/// How long after a server refused a watch's write (its mark) watches read without one: a
+/// refused `EVALSHA` on a replica also drops the connection (a demoted master's rule), so
+/// trying the mark on every read would cost a reconnect per read.
+const WATCH_REFUSED_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Returns true if and only if no gate is set, or enough replicas confirmed.
 pub(crate) fn replicated(gate: Option<settings::ReplicationGate>, confirmed: Option<u32>) -> bool {
@@ -376,6 +385,14 @@ impl LeaseBackend for RedisBackend {
         resource: &ResourceDigest,
     ) -> InspectOutcome {
         // watch.lua marks the grant it finds, so that its release is announced (D48).
+        let refused_lately = self
+            .watch_refused_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some_and(|at| at.elapsed() < WATCH_REFUSED_FOR);
+        if refused_lately {
+            return self.inspect(purpose, resource, None).await;
+        }
         let lease_key = self.keys.lease_key(purpose, resource);
         let call = WatchCall {
             fence_counter_key: KeyLayout::fence_key_of(&lease_key),
@@ -392,6 +409,11 @@ impl LeaseBackend for RedisBackend {
                     UnavailableCause::ReadOnly | UnavailableCause::WritesRefused
                 ) =>
             {
+                *self
+                    .watch_refused_at
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                    Some(std::time::Instant::now());
                 self.inspect(purpose, resource, None).await
             }
             Err(failure) => failure.into(),
