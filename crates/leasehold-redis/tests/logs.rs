@@ -162,9 +162,10 @@ async fn trace_logs_name_what_happened_and_never_show_a_token_or_password() {
         "cleaned up behind an unknown acquire",
         "inspected",
         "purpose=lock",
-        // The backend's own events: one per command, with its script, never its arguments.
-        "command=\"EVALSHA\" script=\"acquire\"",
-        "command=\"EVAL\" script=\"release\"",
+        // The backend's own events: one per command, with its script and latency, never its
+        // arguments.
+        "command=\"EVALSHA\" script=\"acquire\" us=",
+        "command=\"EVAL\" script=\"release\" us=",
     ] {
         assert!(logs.contains(expected), "no {expected:?} in:\n{logs}");
     }
