@@ -7,7 +7,8 @@
 --
 -- Deletes the lease key only: the fence counter stays, so the next grant's fence is higher
 -- than the broken one's and the old holder's late fenced writes are still rejected. The
--- removal is announced as a release is, so that waiters try at once.
+-- removal is always announced (a release only when someone was refused the grant: see
+-- acquire.lua), so that any waiter tries at once.
 --
 -- Replies (as inspect.lua's, for what was removed):
 --   {0}                         nothing to remove: the key is absent
