@@ -280,15 +280,10 @@ async fn a_replica_refuses_writes_as_unavailable_and_still_inspects() {
         .into_handle()
         .expect("free on the primary");
     let key = common::lease_key(&client, &req);
-    let mut replicated = false;
-    for _ in 0..1500 {
-        replicated = replica.cmd(&["EXISTS", &key]).as_int() == Some(1);
-        if replicated {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(replicated, "the grant never reached the replica");
+    common::eventually("the grant on the replica", Duration::from_secs(30), || {
+        replica.cmd(&["EXISTS", &key]).as_int() == Some(1)
+    })
+    .await;
     let refusals = || -> u64 {
         let info = replica
             .cmd(&["INFO", "errorstats"])

@@ -155,26 +155,31 @@ pub fn is_marked(node: &RedisServer, key: &str) -> bool {
         .is_some_and(|value| value.matches('\n').count() == 3 && value.ends_with('\n'))
 }
 
+/// Looks every 10 ms until `done`, and panics naming `what` if it is not within `within`.
+pub async fn eventually(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Waits (bounded) until the grant at `key` on `node` is marked: a waiter has tried and been
 /// refused, so the release is announced. A release before that would be heard by no one, and
 /// the waiter's first try would find the key free.
 pub async fn until_marked(node: &RedisServer, key: &str) {
-    for _ in 0..500 {
-        if is_marked(node, key) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the grant at {key} was never marked");
+    eventually(&format!("a mark on {key}"), Duration::from_secs(5), || {
+        is_marked(node, key)
+    })
+    .await;
 }
 
 /// Waits (bounded) until `node` has a shard subscriber on `channel`.
 pub async fn until_shard_subscribed(node: &RedisServer, channel: &str) {
-    for _ in 0..500 {
-        if shard_subscribers(node, channel) >= 1 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("no shard subscriber on {channel}");
+    eventually(
+        &format!("a shard subscriber on {channel}"),
+        Duration::from_secs(5),
+        || shard_subscribers(node, channel) >= 1,
+    )
+    .await;
 }
