@@ -1,11 +1,21 @@
 #!lua flags=no-writes
--- leasehold inspect, key layout v1. Read-only (no-writes).
+-- leasehold inspect, key layout v1. Read-only (no-writes), and so on a replica too.
 --
 -- KEYS[1]  lease key
 -- KEYS[2]  fence counter key   (read only when the lease is free, to tell whether it can be
 --                              granted)
 -- ARGV[1]  owner token of the inspecting attempt, or "" to inspect without one
 -- ARGV[2]  operation id of the inspecting attempt, or ""
+-- ARGV[3]  mark                "1" to mark the grant held by someone else, as a refused
+--                              acquire does (see acquire.lua), so that its release is
+--                              announced; "0" or absent for a plain read. Only the script's
+--                              "watch" form sends it: this source with the first line
+--                              "#!lua flags=allow-oom", which may write (an election
+--                              observer's read). A value already marked, a record kept after
+--                              release and an unreadable value are left as they are; the
+--                              mark goes through pcall, so an ACL without APPEND leaves the
+--                              read a read. A server that refuses writes refuses the whole
+--                              watch form, and the backend then reads with this one.
 --
 -- The stored value is read in every form (acquire.lua describes them), a marked one included.
 --
@@ -48,11 +58,17 @@ if not current then
   return {0}
 end
 local pttl = redis.call('PTTL', KEYS[1])
--- The grant is what comes before the first newline; the name follows the second (a third
--- newline, last, is a mark: see acquire.lua).
-local grant, name = string.match(current, '^([^\n]*)\n%d*\n([^\n]*)\n?$')
-if not grant then
-  grant, name = current, ''
+-- The grant is what comes before the first newline; the name follows the second, and a third
+-- ends a marked value. `mark` is what marks this value: nil when it is marked already, or not
+-- of a form the scripts write.
+local grant, name, mark = current, '', '\n\n\n'
+if string.find(current, '\n', 1, true) then
+  local marked
+  grant, name, marked = string.match(current, '^([^\n]*)\n%d*\n([^\n]*)(\n?)$')
+  mark = marked == '' and '\n' or nil
+  if not grant then
+    grant, name = current, ''
+  end
 end
 local fence, token, operation = string.match(grant, '^(%d+):([^:]+):(.*)$')
 if not fence then
@@ -64,5 +80,8 @@ end
 local holder = string.sub(redis.sha1hex(token), 1, 16)
 if ARGV[1] ~= '' and token == ARGV[1] and operation == ARGV[2] then
   return {1, fence, pttl, holder, name, 0}
+end
+if ARGV[3] == '1' and mark then
+  redis.pcall('APPEND', KEYS[1], mark)
 end
 return {2, fence, pttl, holder, name, 0}

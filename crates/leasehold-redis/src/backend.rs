@@ -183,7 +183,36 @@ pub(crate) fn unreadable(err: decode::UnexpectedReply) -> Failure {
     ))
 }
 
+/// Decodes what `inspect.lua` (in either form) answered.
+fn inspected(replied: Result<(redis::Value, Option<u32>), Failure>) -> InspectOutcome {
+    match replied {
+        Ok((value, _)) => InspectCall::decode(&value).unwrap_or_else(|e| unreadable(e).into()),
+        Err(failure) => failure.into(),
+    }
+}
+
 impl RedisBackend {
+    /// The inspection of `resource`, by `attempt` if given, without a mark.
+    fn inspect_call<'a>(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        attempt: Option<&'a Attempt>,
+    ) -> InspectCall<'a> {
+        // Without an attempt, both are "": the script then only tells free from held.
+        let (owner_token, operation_id) = attempt.map_or(("", ""), |a| {
+            (a.owner_token().expose_secret(), a.operation().as_str())
+        });
+        let lease_key = self.keys.lease_key(purpose, resource);
+        InspectCall {
+            fence_counter_key: KeyLayout::fence_key_of(&lease_key),
+            lease_key,
+            owner_token,
+            operation_id,
+            mark: false,
+        }
+    }
+
     /// Runs `release.lua` for `attempt`'s grant with `fence`, or with whatever fence it
     /// carries (`None`).
     ///
@@ -361,22 +390,8 @@ impl LeaseBackend for RedisBackend {
         resource: &ResourceDigest,
         attempt: Option<&Attempt>,
     ) -> InspectOutcome {
-        // Without an attempt, both are "": the script then only tells free from held.
-        let (owner_token, operation_id) = attempt.map_or(("", ""), |a| {
-            (a.owner_token().expose_secret(), a.operation().as_str())
-        });
-        let lease_key = self.keys.lease_key(purpose, resource);
-        let call = InspectCall {
-            fence_counter_key: KeyLayout::fence_key_of(&lease_key),
-            lease_key,
-            owner_token,
-            operation_id,
-        };
-        let reply = self.link.eval(&call, None).await;
-        match reply {
-            Ok((value, _)) => InspectCall::decode(&value).unwrap_or_else(|e| unreadable(e).into()),
-            Err(failure) => failure.into(),
-        }
+        let call = self.inspect_call(purpose, resource, attempt);
+        inspected(self.link.eval(&call, None).await)
     }
 
     async fn inspect_watched(
@@ -384,7 +399,6 @@ impl LeaseBackend for RedisBackend {
         purpose: &Purpose,
         resource: &ResourceDigest,
     ) -> InspectOutcome {
-        // watch.lua marks the grant it finds, so that its release is announced (D48).
         let refused_lately = self
             .watch_refused_at
             .lock()
@@ -393,13 +407,11 @@ impl LeaseBackend for RedisBackend {
         if refused_lately {
             return self.inspect(purpose, resource, None).await;
         }
-        let lease_key = self.keys.lease_key(purpose, resource);
-        let call = WatchCall {
-            fence_counter_key: KeyLayout::fence_key_of(&lease_key),
-            lease_key,
-        };
-        match self.link.eval(&call, None).await {
-            Ok((value, _)) => WatchCall::decode(&value).unwrap_or_else(|e| unreadable(e).into()),
+        // The watch form of inspect.lua marks the grant it finds, so that its release is
+        // announced (D48).
+        let mut call = self.inspect_call(purpose, resource, None);
+        call.mark = true;
+        match self.link.eval(&WatchCall(call), None).await {
             // A server that refuses writes (a replica, MISCONF, NOREPLICAS) refused the whole
             // script, mark and read: the read alone still tells who holds the lease, and the
             // reader then learns of a release by the holder's TTL.
@@ -416,7 +428,7 @@ impl LeaseBackend for RedisBackend {
                     Some(std::time::Instant::now());
                 self.inspect(purpose, resource, None).await
             }
-            Err(failure) => failure.into(),
+            replied => inspected(replied),
         }
     }
 }

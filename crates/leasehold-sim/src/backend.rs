@@ -57,9 +57,9 @@ pub struct SimBackend {
 }
 
 impl SimBackend {
-    /// An inspection; with `mark`, a watch's, which marks the grant found (`watch.lua`). Only
-    /// the mark changes anything, so a lost reply is only an unknown answer, and a request
-    /// lost on its way marks nothing.
+    /// An inspection; with `mark`, a watch's, which marks the grant found (`inspect.lua`
+    /// with `mark`). Only the mark changes anything, so a lost reply is only an unknown
+    /// answer, and a request lost on its way marks nothing.
     async fn read(
         &self,
         purpose: &Purpose,

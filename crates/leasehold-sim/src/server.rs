@@ -300,7 +300,8 @@ impl SimServer {
         self.lock().announced
     }
 
-    /// Inspects `key`, and with `mark`, marks the grant found, as `watch.lua` does.
+    /// Inspects `key`, and with `mark`, marks the grant found, as the watch form of
+    /// `inspect.lua` does.
     pub(crate) fn inspect_now(
         &self,
         key: &str,

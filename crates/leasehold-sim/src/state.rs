@@ -84,8 +84,8 @@ impl ServerState {
     }
 
     /// Marks the grant at `key`, if it is an unmarked grant (not a record kept after
-    /// release), so that its release is announced: `acquire.lua`'s and `watch.lua`'s
-    /// `APPEND`. A write like any other, so a lossy failover can lose the mark and keep the
+    /// release), so that its release is announced: the `APPEND` of `acquire.lua` and of
+    /// `inspect.lua`'s watch form. A write like any other, so a lossy failover can lose the mark and keep the
     /// grant; its watchers are woken by the failover and mark the grant again as they retry.
     pub(crate) fn mark(&mut self, key: &str) {
         let unmarked = self

@@ -224,21 +224,21 @@ macro_rules! script_call {
         $(#[$doc:meta])*
         struct $name:ident $(<$lt:lifetime>)? runs $file:literal {
             KEYS { $($key:ident),+ $(,)? }
-            $(ARGV { $($arg:ident: $ty:ty),+ $(,)? })?
+            ARGV { $($arg:ident: $ty:ty),+ $(,)? }
             $(OPTIONAL { $($opt:ident: $opt_ty:ty),+ $(,)? })?
         }
     ) => {
         $(#[$doc])*
         pub(crate) struct $name $(<$lt>)? {
             $(pub(crate) $key: String,)+
-            $($(pub(crate) $arg: $ty,)+)?
+            $(pub(crate) $arg: $ty,)+
             $($(pub(crate) $opt: $opt_ty,)+)?
         }
 
         impl<$($lt)?> $crate::scripts::ScriptCall for $name<$($lt)?> {
             const KEYS: &'static [&'static str] = &[$(stringify!($key)),+];
             const ARGV: &'static [&'static str] =
-                &[$($(stringify!($arg),)+)? $($(stringify!($opt),)+)?];
+                &[$(stringify!($arg),)+ $($(stringify!($opt),)+)?];
 
             fn script() -> &'static $crate::scripts::LeaseScript {
                 static SCRIPT: std::sync::LazyLock<$crate::scripts::LeaseScript> =
@@ -254,7 +254,7 @@ macro_rules! script_call {
             fn push_args(&self, cmd: &mut redis::Cmd) {
                 cmd.arg(Self::KEYS.len());
                 $(cmd.arg(&self.$key);)+
-                $($($crate::scripts::ScriptArg::push_to(&self.$arg, cmd);)+)?
+                $($crate::scripts::ScriptArg::push_to(&self.$arg, cmd);)+
                 $(
                     let optional: &[&dyn $crate::scripts::ScriptArg] = &[$(&self.$opt),+];
                     let sent = optional
@@ -269,7 +269,7 @@ macro_rules! script_call {
 
             fn args_len(&self) -> usize {
                 0 $(+ self.$key.len())+
-                    $($(+ $crate::scripts::ScriptArg::len_hint(&self.$arg))+)?
+                    $(+ $crate::scripts::ScriptArg::len_hint(&self.$arg))+
                     $($(+ $crate::scripts::ScriptArg::len_hint(&self.$opt))+)?
             }
         }
@@ -435,6 +435,7 @@ mod tests {
         check_repeated::<RenewCall<'_>>();
         check_repeated::<ReleaseCall<'_>>();
         check::<InspectCall<'_>>();
+        check::<WatchCall<'_>>();
         check::<FencedWriteCall<'_>>();
         check::<BreakCall>();
     }
@@ -486,14 +487,28 @@ mod tests {
             .filter(|name| name.ends_with(".lua"))
             .collect();
         files.sort();
-        let mut warmed: Vec<String> = all().iter().map(|s| format!("{}.lua", s.name)).collect();
+        // The watch form of inspect.lua has no file of its own.
+        let mut warmed: Vec<String> = all()
+            .iter()
+            .filter(|s| s.name != WatchCall::script().name)
+            .map(|s| format!("{}.lua", s.name))
+            .collect();
         warmed.sort();
         assert_eq!(files, warmed);
+        let read = |name: &str| {
+            std::fs::read_to_string(format!("{dir}/{name}.lua")).expect("script source")
+        };
         for script in all() {
-            let on_disk = std::fs::read_to_string(format!("{dir}/{}.lua", script.name))
-                .expect("script source");
-            assert_eq!(script.source, on_disk, "{}", script.name);
+            if script.name != WatchCall::script().name {
+                assert_eq!(script.source, read(script.name), "{}", script.name);
+            }
         }
+        // It differs from inspect.lua in its first line only: its flags let it write.
+        let inspect = read("inspect");
+        let (flags, body) = WatchCall::script().source.split_once('\n').expect("a line");
+        assert_eq!(Some(body), inspect.split_once('\n').map(|(_, b)| b));
+        assert_eq!(flags, "#!lua flags=allow-oom");
+        assert!(inspect.starts_with("#!lua flags=no-writes\n"));
     }
 
     /// The words of a command, as sent.

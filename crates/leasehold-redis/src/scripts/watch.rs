@@ -1,21 +1,33 @@
-//! The call of `lua/watch.lua`.
+//! The watch form of `lua/inspect.lua`: the read of an election observer, which marks the
+//! grant it finds so that its release is announced (D48).
 
-use leasehold::InspectOutcome;
-use redis::Value;
+use super::{InspectCall, LeaseScript, ScriptCall};
 
-use crate::decode::{self, UnexpectedReply};
+/// An inspection with its `mark` argument set, run as the `watch` form of `inspect.lua`: the
+/// same source whose first line lets it write (`allow-oom` instead of `no-writes`). A server
+/// that refuses writes refuses it whole; [`InspectCall`] still reads there.
+pub(crate) struct WatchCall<'a>(pub(crate) InspectCall<'a>);
 
-script_call! {
-    /// Reads the lease as an inspection without an attempt does, and marks the grant it finds
-    /// so that its release is announced: the read of a reader that then waits for the notice.
-    struct WatchCall runs "watch" {
-        KEYS { lease_key, fence_counter_key }
+impl ScriptCall for WatchCall<'_> {
+    const KEYS: &'static [&'static str] = InspectCall::KEYS;
+    const ARGV: &'static [&'static str] = InspectCall::ARGV;
+
+    fn script() -> &'static LeaseScript {
+        static SOURCE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            let inspect = InspectCall::script().source;
+            let (_read_only, body) = inspect.split_once('\n').unwrap_or(("", inspect));
+            format!("#!lua flags=allow-oom\n{body}")
+        });
+        static SCRIPT: std::sync::LazyLock<LeaseScript> =
+            std::sync::LazyLock::new(|| LeaseScript::new("watch", &SOURCE));
+        &SCRIPT
     }
-}
 
-impl WatchCall {
-    /// Decodes the script's reply, which is `inspect.lua`'s without an attempt.
-    pub(crate) fn decode(value: &Value) -> Result<InspectOutcome, UnexpectedReply> {
-        decode::inspect(value)
+    fn push_args(&self, cmd: &mut redis::Cmd) {
+        self.0.push_args(cmd);
+    }
+
+    fn args_len(&self) -> usize {
+        self.0.args_len()
     }
 }
