@@ -70,6 +70,7 @@ mod classify;
 #[cfg(feature = "serde")]
 mod config;
 mod decode;
+mod direct;
 mod error;
 mod eviction;
 pub mod fenced;

@@ -29,6 +29,7 @@ use redis::{AsyncConnectionConfig, Cmd, RedisResult, Value};
 use tokio::sync::Semaphore;
 
 use crate::classify::{self, Classified};
+use crate::direct::{self, DirectConnection};
 use crate::scripts::{LeaseScript, ScriptCall};
 use crate::settings::ReplicationGate;
 use crate::telemetry::InFlight;
@@ -40,6 +41,8 @@ pub(crate) enum Connector {
     Single {
         client: redis::Client,
         config: AsyncConnectionConfig,
+        /// How long a command waits for its reply (`config` holds it too, for redis-rs).
+        response_timeout: Duration,
     },
     /// A cluster, from its seed nodes.
     Cluster(ClusterClient),
@@ -47,27 +50,31 @@ pub(crate) enum Connector {
     Sentinel {
         sentinel: Arc<tokio::sync::Mutex<SentinelClient>>,
         config: AsyncConnectionConfig,
+        /// As for [`Connector::Single`].
+        response_timeout: Duration,
     },
 }
 
 impl Connector {
     async fn connect(&self) -> RedisResult<Connection> {
         match self {
-            Connector::Single { client, config } => client
-                .get_multiplexed_async_connection_with_config(config)
-                .await
-                .map(Connection::Single),
+            Connector::Single {
+                client,
+                config,
+                response_timeout,
+            } => one_server(client, config, *response_timeout).await,
             Connector::Cluster(client) => {
                 client.get_async_connection().await.map(Connection::Cluster)
             }
-            Connector::Sentinel { sentinel, config } => {
+            Connector::Sentinel {
+                sentinel,
+                config,
+                response_timeout,
+            } => {
                 // redis-rs asks the Sentinels for the master and checks with ROLE that the
                 // node agrees before we connect to it.
                 let client = sentinel.lock().await.async_get_client().await?;
-                client
-                    .get_multiplexed_async_connection_with_config(config)
-                    .await
-                    .map(Connection::Single)
+                one_server(&client, config, *response_timeout).await
             }
         }
     }
@@ -91,9 +98,30 @@ impl Connector {
     }
 }
 
-/// A live connection of either kind; both multiplex concurrent commands.
+/// Connects to one server: directly where a [`DirectConnection`] can (plain TCP or a Unix
+/// socket, RESP2), through redis-rs's multiplexed connection otherwise (TLS, RESP3).
+async fn one_server(
+    client: &redis::Client,
+    config: &AsyncConnectionConfig,
+    response_timeout: Duration,
+) -> RedisResult<Connection> {
+    let info = client.get_connection_info();
+    if direct::supports(info) {
+        return DirectConnection::connect(info, response_timeout)
+            .await
+            .map(Connection::Direct);
+    }
+    client
+        .get_multiplexed_async_connection_with_config(config)
+        .await
+        .map(Connection::Single)
+}
+
+/// A live connection of any kind; each multiplexes concurrent commands.
 #[derive(Clone)]
 enum Connection {
+    /// Commands written by their senders (D49).
+    Direct(DirectConnection),
     Single(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
@@ -101,6 +129,7 @@ enum Connection {
 impl Connection {
     async fn query(&mut self, cmd: &Cmd) -> RedisResult<Value> {
         match self {
+            Connection::Direct(c) => c.query(cmd).await,
             Connection::Single(c) => cmd.query_async(c).await,
             Connection::Cluster(c) => cmd.query_async(c).await,
         }
@@ -108,8 +137,19 @@ impl Connection {
 
     async fn query_pipeline(&mut self, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
         match self {
+            Connection::Direct(c) => c.query_pipeline(pipe).await,
             Connection::Single(c) => pipe.query_async(c).await,
             Connection::Cluster(c) => pipe.query_async(c).await,
+        }
+    }
+
+    /// Returns false if and only if the connection is known to have closed, so that nothing
+    /// sent on it would be written. Only a direct connection knows; the others find out when
+    /// a command fails.
+    fn is_open(&self) -> bool {
+        match self {
+            Connection::Direct(c) => c.is_open(),
+            Connection::Single(_) | Connection::Cluster(_) => true,
         }
     }
 }
@@ -163,11 +203,16 @@ impl Link {
         }
     }
 
+    /// The current connection, unless it is known to have closed: nothing sent on that one
+    /// would be written, so the caller connects again instead (its command has not been sent,
+    /// and a new connection is what the next one would have made anyway).
     fn cached(&self) -> Option<Current> {
         self.current
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .as_ref()
+            .filter(|current| current.connection.is_open())
+            .cloned()
     }
 
     /// Returns the live connection, making one if there is none.
@@ -395,6 +440,13 @@ impl Link {
     pub(crate) async fn scan(&self, pattern: &str) -> Result<Vec<String>, Failure> {
         let current = self.connection().await.map_err(Failure::Unavailable)?;
         let scanned = match current.connection.clone() {
+            Connection::Direct(connection) => {
+                scan_node(pattern, |cmd| {
+                    let connection = connection.clone();
+                    async move { connection.query(&cmd).await }
+                })
+                .await
+            }
             Connection::Single(connection) => {
                 scan_node(pattern, |cmd| {
                     let mut connection = connection.clone();
@@ -582,5 +634,55 @@ fn trace_command(
             tracing::trace!(command, script, us, cause = ?u.cause, "not applied");
         }
         Some(_) => tracing::trace!(command, script, us, "not sent: too many in flight"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use test_support::RedisServer;
+
+    use super::*;
+
+    fn link_to(server: &RedisServer) -> Link {
+        let timeout = Duration::from_secs(5);
+        let connector = Connector::Single {
+            client: redis::Client::open(server.url()).unwrap(),
+            config: AsyncConnectionConfig::new().set_response_timeout(Some(timeout)),
+            response_timeout: timeout,
+        };
+        Link::new(connector, server.addr().to_string(), timeout, 16)
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closed_is_replaced_before_the_next_command() {
+        let server = RedisServer::start();
+        let link = link_to(&server);
+        link.load(&crate::scripts::all()).await.unwrap();
+        let first = link.cached().expect("connected").generation;
+        server.cmd(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+        // The reader hears the close at once; until it does, a command would still meet the
+        // old connection (and be unknown, as it always was).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while link.cached().is_some() {
+            assert!(Instant::now() < deadline, "the close not heard within 10 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Nothing was sent on the closed connection: the next command makes a new one and is
+        // answered, where it used to fail as unknown.
+        link.load(&crate::scripts::all()).await.unwrap();
+        assert_eq!(link.cached().expect("connected").generation, first + 1);
+    }
+
+    #[tokio::test]
+    async fn a_plain_tcp_server_gets_a_direct_connection() {
+        let server = RedisServer::start();
+        let link = link_to(&server);
+        link.ready().await.unwrap();
+        assert!(matches!(
+            link.cached().expect("connected").connection,
+            Connection::Direct(_)
+        ));
     }
 }

@@ -68,6 +68,7 @@ impl RedisBackend {
         let connector = link::Connector::Single {
             client,
             config: connection_config(&settings),
+            response_timeout: settings.command_timeout(),
         };
         Ok(Self::from_parts(connector, notices, settings, endpoint))
     }
@@ -167,6 +168,7 @@ impl RedisBackend {
         let connector = link::Connector::Sentinel {
             sentinel,
             config: connection_config(&settings),
+            response_timeout: settings.command_timeout(),
         };
         Ok(Self::from_parts(connector, notices, settings, endpoint))
     }

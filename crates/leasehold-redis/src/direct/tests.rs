@@ -1,0 +1,280 @@
+//! The direct connection against a real redis-server: order, pipelines, the writer, failures.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::{ConnectionInfo, IntoConnectionInfo, Value};
+use test_support::RedisServer;
+
+use super::*;
+
+const PATIENT: Duration = Duration::from_secs(10);
+
+async fn connect(url: &str, response_timeout: Duration) -> DirectConnection {
+    let info: ConnectionInfo = url.into_connection_info().unwrap();
+    assert!(supports(&info), "{url}");
+    DirectConnection::connect(&info, response_timeout)
+        .await
+        .unwrap()
+}
+
+fn echo(text: &str) -> Cmd {
+    redis::cmd("ECHO").arg(text).clone()
+}
+
+fn bulk(text: &str) -> Value {
+    Value::BulkString(text.as_bytes().to_vec())
+}
+
+/// Waits (bounded) until `done`.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENT;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {PATIENT:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_reply_goes_to_its_own_command_under_concurrency() {
+    let server = RedisServer::start();
+    let connection = connect(&server.url(), PATIENT).await;
+    let mut tasks = Vec::new();
+    for task in 0..32 {
+        let connection = connection.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in 0..200 {
+                let text = format!("{task}-{n}");
+                assert_eq!(connection.query(&echo(&text)).await.unwrap(), bulk(&text));
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_pipeline_gets_one_reply_per_command_error_replies_included() {
+    let server = RedisServer::start();
+    let connection = connect(&server.url(), PATIENT).await;
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET").arg("k").arg("v");
+    pipe.cmd("INCR").arg("k");
+    pipe.cmd("GET").arg("k");
+    let replies = connection.query_pipeline(&pipe).await.unwrap();
+    assert_eq!(replies.len(), 3, "{replies:?}");
+    assert_eq!(replies[0], Value::Okay);
+    assert!(
+        matches!(&replies[1], Value::ServerError(e) if e.code() == "ERR"),
+        "{replies:?}"
+    );
+    assert_eq!(replies[2], bulk("v"));
+    // And the next command is answered by its own reply.
+    assert_eq!(
+        connection.query(&echo("after")).await.unwrap(),
+        bulk("after")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_socket_does_not_take_is_written_later_in_order() {
+    let server = RedisServer::start();
+    let connection = connect(&server.url(), PATIENT).await;
+    // 32 MiB, far more than a loopback socket's buffers hold while the server reads nothing.
+    let big = "x".repeat(32 << 20);
+    let paused = server.pause();
+    let sending = {
+        let connection = connection.clone();
+        let big = big.clone();
+        tokio::spawn(async move {
+            let set = redis::cmd("SET").arg("big").arg(big).clone();
+            connection.query(&set).await
+        })
+    };
+    eventually("bytes left for the writer", || {
+        !connection.shared.lock().unwritten.is_empty()
+    })
+    .await;
+    // Sent while those bytes wait: it must go behind them, and get its own reply.
+    let after = {
+        let connection = connection.clone();
+        tokio::spawn(async move {
+            connection
+                .query(&redis::cmd("STRLEN").arg("big").clone())
+                .await
+        })
+    };
+    paused.resume();
+    assert_eq!(sending.await.unwrap().unwrap(), Value::Okay);
+    assert_eq!(after.await.unwrap().unwrap(), Value::Int(32 << 20));
+    assert!(connection.shared.lock().unwritten.is_empty());
+}
+
+#[tokio::test]
+async fn a_command_sent_while_bytes_wait_goes_behind_them() {
+    let server = RedisServer::start();
+    let connection = connect(&server.url(), PATIENT).await;
+    // As if the socket had refused "first" a moment ago and the writer had not run yet.
+    let first = echo("first").get_packed_command();
+    let (reply_to, first_reply) = oneshot::channel();
+    {
+        let mut state = connection.shared.lock();
+        state.unwritten.extend_from_slice(&first);
+        state.awaiting.push_back(Awaiting {
+            replies: 1,
+            received: Vec::new(),
+            reply_to,
+        });
+    }
+    let second = {
+        let connection = connection.clone();
+        tokio::spawn(async move { connection.query(&echo("second")).await })
+    };
+    let both = first.len() + echo("second").get_packed_command().len();
+    eventually("the second queued behind the first", || {
+        connection.shared.lock().unwritten.len() == both
+    })
+    .await;
+    connection.shared.unwritten_waiting.notify_one();
+    assert_eq!(first_reply.await.unwrap().unwrap(), vec![bulk("first")]);
+    assert_eq!(second.await.unwrap().unwrap(), bulk("second"));
+}
+
+#[tokio::test]
+async fn a_reply_that_came_too_late_is_nobody_s_and_the_next_command_gets_its_own() {
+    let server = RedisServer::start();
+    let connection = connect(&server.url(), Duration::from_millis(200)).await;
+    let paused = server.pause();
+    let late = connection.query(&echo("late")).await.unwrap_err();
+    assert!(late.is_timeout(), "{late:?}");
+    paused.resume();
+    assert_eq!(connection.query(&echo("next")).await.unwrap(), bulk("next"));
+    assert!(connection.is_open());
+}
+
+#[tokio::test]
+async fn a_broken_connection_fails_what_waits_and_then_refuses_to_write() {
+    let server = RedisServer::start();
+    let connection = connect(&server.url(), PATIENT).await;
+    assert!(connection.is_open());
+    let paused = server.pause();
+    let waiting = {
+        let connection = connection.clone();
+        tokio::spawn(async move { connection.query(&echo("lost")).await })
+    };
+    eventually("the command written", || {
+        !connection.shared.lock().awaiting.is_empty()
+    })
+    .await;
+    // Killed while stopped, so that it can never answer: the kernel closes its sockets.
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let lost = waiting.await.unwrap().unwrap_err();
+    assert!(lost.is_io_error(), "{lost:?}");
+    assert!(!connection.is_open());
+    let refused = connection.query(&echo("after")).await.unwrap_err();
+    assert!(refused.is_io_error(), "{refused:?}");
+    drop(paused);
+}
+
+#[tokio::test]
+async fn a_reply_to_no_command_closes_the_connection() {
+    // A server that answers before it is asked is not one whose replies can be matched.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (socket, _) = listener.accept().await.unwrap();
+        socket.writable().await.unwrap();
+        socket.try_write(b"+unasked\r\n").unwrap();
+        // Keep the socket open: only the unasked reply may close the connection.
+        tokio::time::sleep(PATIENT).await;
+    });
+    let connection = connect(&format!("redis://{addr}"), PATIENT).await;
+    eventually("the connection closed", || !connection.is_open()).await;
+    server.abort();
+}
+
+#[tokio::test]
+async fn dropping_every_clone_stops_its_tasks_and_closes_the_socket() {
+    let server = RedisServer::start();
+    let connection = connect(&server.url(), PATIENT).await;
+    let shared = Arc::downgrade(&connection.shared);
+    let copy = connection.clone();
+    drop(connection);
+    assert_eq!(copy.query(&echo("still")).await.unwrap(), bulk("still"));
+    drop(copy);
+    eventually("the reader and the writer gone", || {
+        shared.upgrade().is_none()
+    })
+    .await;
+    eventually("the server's client gone", || {
+        server
+            .cmd(&["CLIENT", "LIST"])
+            .as_string()
+            .unwrap_or_default()
+            .lines()
+            .count()
+            == 1
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn it_authenticates_and_selects_the_database_as_redis_rs_would() {
+    let server = RedisServer::start();
+    server.cmd(&[
+        "ACL", "SETUSER", "lessee", "on", ">s3cret", "~*", "&*", "+@all",
+    ]);
+    let port = server.port();
+    let connection = connect(
+        &format!("redis://lessee:s3cret@127.0.0.1:{port}/3"),
+        PATIENT,
+    )
+    .await;
+    let info = connection
+        .query(&redis::cmd("CLIENT").arg("INFO").clone())
+        .await
+        .unwrap();
+    let text = match info {
+        Value::BulkString(bytes) => String::from_utf8(bytes).unwrap(),
+        other => panic!("CLIENT INFO: {other:?}"),
+    };
+    assert!(text.contains(" db=3 "), "{text}");
+    assert!(text.contains(" user=lessee "), "{text}");
+    let info: ConnectionInfo = format!("redis://lessee:wrong@127.0.0.1:{port}")
+        .into_connection_info()
+        .unwrap();
+    let refused = DirectConnection::connect(&info, PATIENT)
+        .await
+        .err()
+        .expect("a wrong password is refused");
+    assert_eq!(refused.code(), Some("WRONGPASS"), "{refused:?}");
+    assert!(!refused.to_string().contains("wrong"), "{refused}");
+}
+
+#[tokio::test]
+async fn a_unix_socket_is_direct_too() {
+    // A relative path is the server's own directory (`--dir` comes first).
+    let server = RedisServer::start_with_args(&["--unixsocket", "redis.sock"]);
+    let path = server.dir().join("redis.sock");
+    let connection = connect(&format!("redis+unix://{}", path.display()), PATIENT).await;
+    assert_eq!(
+        connection.query(&echo("local")).await.unwrap(),
+        bulk("local")
+    );
+}
+
+#[test]
+fn tls_and_resp3_stay_redis_rs_s() {
+    for url in [
+        "rediss://127.0.0.1:6379",
+        "redis://127.0.0.1:6379?protocol=resp3",
+    ] {
+        let info: ConnectionInfo = url.into_connection_info().unwrap();
+        assert!(!supports(&info), "{url}");
+    }
+}
