@@ -39,6 +39,33 @@ impl From<Classified> for Failure {
     }
 }
 
+/// How a command handed to a connection failed.
+#[derive(Debug)]
+pub(crate) enum QueryError {
+    /// The connection refused the command before writing any of it: it had closed, or too
+    /// many commands were waiting for a server that did not answer. Nothing was sent.
+    NotWritten(&'static str),
+    /// What redis-rs reports, or a failure after the command may have been written.
+    Redis(RedisError),
+}
+
+impl From<RedisError> for QueryError {
+    fn from(err: RedisError) -> Self {
+        QueryError::Redis(err)
+    }
+}
+
+/// Classifies a failed command: one never written is not applied; the rest as
+/// [`after_send`].
+pub(crate) fn after_query(err: &QueryError) -> Classified {
+    match err {
+        QueryError::NotWritten(why) => {
+            Classified::NotApplied(Unavailable::new(UnavailableCause::NotConnected, *why))
+        }
+        QueryError::Redis(err) => after_send(err),
+    }
+}
+
 /// Server error codes that Redis returns *before* executing a command.
 fn refused_before_execution(code: &str) -> Option<UnavailableCause> {
     Some(match code {

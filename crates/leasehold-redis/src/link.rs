@@ -28,7 +28,7 @@ use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, Cmd, RedisResult, Value};
 use tokio::sync::Semaphore;
 
-use crate::classify::{self, Classified};
+use crate::classify::{self, Classified, QueryError};
 use crate::direct::{self, DirectConnection};
 use crate::scripts::{LeaseScript, ScriptCall};
 use crate::settings::ReplicationGate;
@@ -127,19 +127,21 @@ enum Connection {
 }
 
 impl Connection {
-    async fn query(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+    /// Sends `cmd`; an error reply is an error.
+    async fn query(&mut self, cmd: &Cmd) -> Result<Value, QueryError> {
         match self {
             Connection::Direct(c) => c.query(cmd).await,
-            Connection::Single(c) => cmd.query_async(c).await,
-            Connection::Cluster(c) => cmd.query_async(c).await,
+            Connection::Single(c) => Ok(cmd.query_async(c).await?),
+            Connection::Cluster(c) => Ok(cmd.query_async(c).await?),
         }
     }
 
-    async fn query_pipeline(&mut self, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
+    /// Sends `pipe` (which ignores errors: each reply is returned as it came).
+    async fn query_pipeline(&mut self, pipe: &redis::Pipeline) -> Result<Vec<Value>, QueryError> {
         match self {
             Connection::Direct(c) => c.query_pipeline(pipe).await,
-            Connection::Single(c) => pipe.query_async(c).await,
-            Connection::Cluster(c) => pipe.query_async(c).await,
+            Connection::Single(c) => Ok(pipe.query_async(c).await?),
+            Connection::Cluster(c) => Ok(pipe.query_async(c).await?),
         }
     }
 
@@ -243,7 +245,13 @@ impl Link {
             let query = async move {
                 let mut cmd = redis::cmd("CONFIG");
                 cmd.arg("GET").arg("maxmemory-policy").arg("maxmemory");
-                probe.query(&cmd).await.and_then(server_error)
+                match probe.query(&cmd).await {
+                    Ok(reply) => server_error(reply),
+                    Err(QueryError::Redis(err)) => Err(err),
+                    Err(QueryError::NotWritten(why)) => {
+                        Err(std::io::Error::new(std::io::ErrorKind::NotConnected, why).into())
+                    }
+                }
             };
             crate::eviction::check(query, self.connect_timeout, &self.endpoint).await;
         }
@@ -288,7 +296,7 @@ impl Link {
     /// Sends one command on `current`'s connection (a clone the caller owns, so that nothing is
     /// cloned again per command), classifying any failure.
     async fn send(&self, current: &mut Current, cmd: &Cmd) -> Result<Value, Classified> {
-        let result = current.connection.query(cmd).await.and_then(server_error);
+        let result = current.connection.query(cmd).await;
         result.map_err(|err| self.classify(current, &err))
     }
 
@@ -330,8 +338,8 @@ impl Link {
     }
 
     /// Classifies a failed send, dropping the connection when that failure calls for it.
-    fn classify(&self, current: &Current, err: &redis::RedisError) -> Classified {
-        let classified = classify::after_send(err);
+    fn classify(&self, current: &Current, err: &QueryError) -> Classified {
+        let classified = classify::after_query(err);
         if self.connector.drops_connection_after(&classified) {
             self.forget(current.generation);
         }
@@ -450,14 +458,14 @@ impl Link {
             Connection::Single(connection) => {
                 scan_node(pattern, |cmd| {
                     let mut connection = connection.clone();
-                    async move { cmd.query_async(&mut connection).await }
+                    async move { Ok(cmd.query_async(&mut connection).await?) }
                 })
                 .await
             }
             Connection::Cluster(connection) => scan_cluster(pattern, connection).await,
         };
         scanned.map_err(|err| match err {
-            ScanError::Redis(err) => Failure::from(self.classify(&current, &err)),
+            ScanError::Query(err) => Failure::from(self.classify(&current, &err)),
             ScanError::Unbounded => Failure::Unavailable(Unavailable::new(
                 UnavailableCause::NotConnected,
                 format!("SCAN did not finish within {MAX_SCAN_ROUNDS} rounds"),
@@ -488,14 +496,20 @@ const MAX_SCAN_ROUNDS: usize = 10_000;
 
 /// Why a scan did not finish.
 enum ScanError {
-    Redis(redis::RedisError),
+    Query(QueryError),
     Unbounded,
     Unreadable(&'static str),
 }
 
+impl From<QueryError> for ScanError {
+    fn from(err: QueryError) -> Self {
+        ScanError::Query(err)
+    }
+}
+
 impl From<redis::RedisError> for ScanError {
     fn from(err: redis::RedisError) -> Self {
-        ScanError::Redis(err)
+        ScanError::Query(QueryError::Redis(err))
     }
 }
 
@@ -504,7 +518,7 @@ impl From<redis::RedisError> for ScanError {
 async fn scan_node<F, Fut>(pattern: &str, send: F) -> Result<Vec<String>, ScanError>
 where
     F: Fn(Cmd) -> Fut,
-    Fut: std::future::Future<Output = RedisResult<Value>>,
+    Fut: std::future::Future<Output = Result<Value, QueryError>>,
 {
     let mut keys = Vec::new();
     let mut cursor = "0".to_owned();
@@ -517,7 +531,7 @@ where
             .arg(1000)
             .arg("TYPE")
             .arg("string");
-        let reply = send(cmd).await.and_then(server_error)?;
+        let reply = send(cmd).await?;
         let Value::Array(mut parts) = reply else {
             return Err(ScanError::Unreadable("SCAN"));
         };
@@ -571,7 +585,10 @@ async fn scan_cluster(
                 host: host.clone(),
                 port,
             });
-            async move { connection.route_command(cmd, routing).await }
+            async move {
+                let reply = connection.route_command(cmd, routing).await?;
+                Ok(server_error(reply)?)
+            }
         })
         .await?;
         keys.extend(found);

@@ -8,6 +8,10 @@
 
 use std::io;
 
+/// The longest line (a status, an error, an integer, a length) a reply may hold. Redis's are
+/// short; a longer one is a broken stream, refused before the reader keeps rescanning it.
+const MAX_LINE: usize = 1 << 20;
+
 /// The length of the first whole reply in `bytes`: `Ok(None)` if it has not all arrived.
 ///
 /// # Errors
@@ -24,6 +28,9 @@ pub(super) fn reply_length(bytes: &[u8]) -> io::Result<Option<usize>> {
             return Ok(None);
         };
         let Some(line_end) = find_line_end(bytes, at + 1) else {
+            if bytes.len() - at > MAX_LINE {
+                return Err(invalid("a line longer than any reply's"));
+            }
             return Ok(None);
         };
         let line = &bytes[at + 1..line_end];
@@ -176,6 +183,18 @@ mod tests {
             reply_length(b"$18446744073709551615\r\n"),
             Ok(Some(_))
         ));
+    }
+
+    #[test]
+    fn a_line_that_never_ends_is_an_error_once_it_is_longer_than_any_reply_s() {
+        let mut line = b"+".to_vec();
+        line.resize(MAX_LINE, b'x');
+        assert_eq!(reply_length(&line).unwrap(), None);
+        line.extend_from_slice(b"xx");
+        assert_eq!(
+            reply_length(&line).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
     }
 
     #[test]

@@ -12,10 +12,12 @@
 //! It speaks only what it needs, exactly as redis-rs would: plain TCP or a Unix socket, RESP2,
 //! `AUTH` and `SELECT`. TLS and RESP3 connections stay redis-rs's ([`supports`]).
 //!
-//! A connection is closed for good by the first failure to read or write: every command
-//! waiting for a reply then fails as a lost connection (the server may have run it), and a
-//! command sent after that fails the same way without being written. [`is_open`] tells the
-//! link to make a new connection instead of sending on this one.
+//! A connection is closed for good by the first failure to read or write, or when its reader
+//! or writer stops for any reason: every command waiting for a reply then fails as a lost
+//! connection (the server may have run it), and a command sent after that is refused
+//! unwritten (not applied). [`is_open`] tells the link to make a new connection instead.
+//! While a server does not answer, at most [`MAX_AWAITING`] commands wait for replies and
+//! [`MAX_UNWRITTEN`] bytes for the socket; beyond that a command is refused unwritten.
 //!
 //! [`is_open`]: DirectConnection::is_open
 
@@ -25,19 +27,30 @@ mod tests;
 
 use std::collections::VecDeque;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisResult, Value};
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, Pipeline, RedisError, Value};
 use tokio::net::TcpStream;
 #[cfg(unix)]
 use tokio::net::UnixStream;
 use tokio::sync::{Notify, oneshot};
 use tokio_util::task::AbortOnDropHandle;
 
+use crate::classify::QueryError;
+
 /// How much the reader asks the socket for at a time.
 const READ_CHUNK: usize = 16 * 1024;
+
+/// The most commands that may wait for their replies at once. Only a server that stopped
+/// answering gets near it: the link's in-flight limit bounds the commands whose callers
+/// still wait, and this bounds those whose callers gave up (timed out) as well.
+pub(crate) const MAX_AWAITING: usize = 65_536;
+
+/// The most bytes that may wait for the socket behind a command it did not take whole.
+pub(crate) const MAX_UNWRITTEN: usize = 64 << 20;
 
 /// Returns true if and only if a [`DirectConnection`] can stand in for redis-rs's connection
 /// to `info`: plain TCP or a Unix socket, and RESP2.
@@ -90,7 +103,7 @@ struct State {
 struct Awaiting {
     replies: usize,
     received: Vec<Value>,
-    reply_to: oneshot::Sender<RedisResult<Vec<Value>>>,
+    reply_to: oneshot::Sender<Result<Vec<Value>, QueryError>>,
 }
 
 enum Socket {
@@ -131,43 +144,72 @@ impl Socket {
             Socket::Unix(s) => s.readable().await,
         }
     }
+
+    /// Shuts both directions down, so that the server reads nothing more from us even while
+    /// clones keep the socket itself open.
+    fn shutdown(&self) {
+        use redis::io::tcp::socket2::SockRef;
+        let _ = match self {
+            Socket::Tcp(s) => SockRef::from(s).shutdown(std::net::Shutdown::Both),
+            #[cfg(unix)]
+            Socket::Unix(s) => SockRef::from(s).shutdown(std::net::Shutdown::Both),
+        };
+    }
 }
 
 impl DirectConnection {
-    /// Connects to `info`'s server and authenticates and selects its database as redis-rs
-    /// would, each reply awaited for at most `response_timeout`, like every command's after.
+    /// Connects to `info`'s server, authenticates and selects its database as redis-rs
+    /// would, and makes one round trip in any case; each reply awaited for at most
+    /// `response_timeout`, like every command's after.
     ///
     /// # Errors
     ///
-    /// The connection's failure, or the server's refusal of `AUTH` or `SELECT`, as redis-rs
-    /// reports them (the link classifies both); an address [`supports`] refuses.
+    /// The connection's failure, or the server's refusal, as redis-rs reports them: `AUTH`
+    /// as `AuthenticationFailed` (never with the server's text, which may repeat the
+    /// password), `SELECT` as a refusal to switch database, a server that refuses the
+    /// connection itself (protected mode, `maxclients`) by its own error.
     pub(crate) async fn connect(
         info: &ConnectionInfo,
         response_timeout: Duration,
-    ) -> RedisResult<Self> {
+    ) -> redis::RedisResult<Self> {
         let socket = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => {
-                let stream = TcpStream::connect((host.as_str(), *port)).await?;
-                // Each command is written whole, at once: Nagle's algorithm would only hold
-                // back the commands of other tasks behind an unacknowledged one.
-                stream.set_nodelay(true)?;
-                Socket::Tcp(stream)
-            }
+            ConnectionAddr::Tcp(host, port) => Socket::Tcp(connect_tcp(host, *port).await?),
             #[cfg(unix)]
             ConnectionAddr::Unix(path) => Socket::Unix(UnixStream::connect(path).await?),
             _ => {
-                return Err(redis::RedisError::from((
-                    redis::ErrorKind::InvalidClientConfig,
+                return Err(RedisError::from((
+                    ErrorKind::InvalidClientConfig,
                     "a direct connection is plain TCP or a Unix socket",
                 )));
             }
         };
         let connection = Self::over(socket, response_timeout);
         let settings = info.redis_settings();
+        let username = settings.username();
+        match connection.set_up(settings, username).await? {
+            SetUp::Done => {}
+            // A server older than Redis 6 knows no users: redis-rs tries the password alone.
+            SetUp::RetryWithoutUsername => {
+                if let SetUp::RetryWithoutUsername = connection.set_up(settings, None).await? {
+                    return Err(auth_failed());
+                }
+            }
+        }
+        Ok(connection)
+    }
+
+    /// Sends `AUTH` (when there is a password), `SELECT` (when the database is not 0) and
+    /// `PING` in one write, and reads their replies.
+    async fn set_up(
+        &self,
+        settings: &redis::RedisConnectionInfo,
+        username: Option<&str>,
+    ) -> redis::RedisResult<SetUp> {
         let mut setup = redis::pipe();
-        if let Some(password) = settings.password() {
+        let password = settings.password();
+        if let Some(password) = password {
             let auth = setup.cmd("AUTH");
-            if let Some(username) = settings.username() {
+            if let Some(username) = username {
                 auth.arg(username);
             }
             auth.arg(password);
@@ -175,16 +217,45 @@ impl DirectConnection {
         if settings.db() != 0 {
             setup.cmd("SELECT").arg(settings.db());
         }
-        if !setup.is_empty() {
-            for reply in connection.query_pipeline(&setup).await? {
-                if let Value::ServerError(refused) = reply {
-                    // The server's own error ("WRONGPASS …", "ERR DB index is out of range"):
-                    // it says which step failed, and never holds the password.
-                    return Err(refused.into());
+        // Always one round trip: a server that refuses the connection itself sends an error
+        // unasked, and it must fail the connect (nothing applied), not the first lease
+        // command (which it would leave unknown).
+        setup.cmd("PING");
+        let replies = self.query_pipeline(&setup).await.map_err(|err| match err {
+            QueryError::Redis(err) => err,
+            QueryError::NotWritten(why) => {
+                io::Error::new(io::ErrorKind::ConnectionReset, why).into()
+            }
+        })?;
+        let mut replies = replies.into_iter();
+        if password.is_some() {
+            match replies.next() {
+                Some(Value::Okay) => {}
+                Some(Value::ServerError(refused))
+                    if username.is_some()
+                        && refused.details().is_some_and(|d| {
+                            d.contains("wrong number of arguments for 'auth'")
+                        }) =>
+                {
+                    return Ok(SetUp::RetryWithoutUsername);
                 }
+                _ => return Err(auth_failed()),
             }
         }
-        Ok(connection)
+        if settings.db() != 0
+            && let Some(Value::ServerError(refused)) = replies.next()
+        {
+            // The server's text names the database, never a secret.
+            return Err(RedisError::from((
+                redis::ServerErrorKind::ResponseError.into(),
+                "Redis server refused to switch database",
+                refused.details().unwrap_or_default().to_owned(),
+            )));
+        }
+        match replies.next() {
+            Some(Value::ServerError(refused)) => Err(refused.into()),
+            _ => Ok(SetUp::Done),
+        }
     }
 
     /// A connection over `socket`, with its reader and writer started.
@@ -216,41 +287,62 @@ impl DirectConnection {
         !self.shared.closed.load(Ordering::Acquire)
     }
 
-    /// Sends one command and returns its reply (an error reply is a `Value::ServerError`).
+    /// Sends one command and returns its reply. An error reply, or one nested in an array,
+    /// is an error, as redis-rs's `query_async` makes it.
     ///
     /// # Errors
     ///
-    /// The connection closed (before the reply, or before the command was written), or no
-    /// reply came within the response timeout.
+    /// `NotWritten` if the connection refused the command unwritten; otherwise the server's
+    /// error reply, the connection's failure before the reply, or no reply within the
+    /// response timeout.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future after the command was written leaves it to run: its reply is read
     /// and discarded, and the replies of later commands still go to them.
-    pub(crate) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+    pub(crate) async fn query(&self, cmd: &Cmd) -> Result<Value, QueryError> {
         let mut replies = self.send(&cmd.get_packed_command(), 1).await?;
-        Ok(replies.pop().unwrap_or(Value::Nil))
+        Ok(replies.pop().unwrap_or(Value::Nil).extract_error()?)
     }
 
-    /// Sends a pipeline's commands in one write and returns their replies, in order.
+    /// Sends a pipeline's commands in one write and returns every command's reply, in order,
+    /// error replies included (as a pipeline with `ignore_errors` would).
     ///
     /// # Errors
     ///
-    /// As [`query`](Self::query).
+    /// As [`query`](Self::query), but for error replies; a transaction is refused, as a
+    /// direct connection does not take `MULTI`/`EXEC` apart.
     ///
     /// # Cancel safety
     ///
     /// As [`query`](Self::query).
-    pub(crate) async fn query_pipeline(&self, pipe: &Pipeline) -> RedisResult<Vec<Value>> {
+    pub(crate) async fn query_pipeline(&self, pipe: &Pipeline) -> Result<Vec<Value>, QueryError> {
+        if pipe.is_transaction() {
+            return Err(QueryError::Redis(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "a direct connection sends no transactions",
+            ))));
+        }
+        if pipe.is_empty() {
+            return Ok(Vec::new());
+        }
         self.send(&pipe.get_packed_pipeline(), pipe.len()).await
     }
 
-    async fn send(&self, bytes: &[u8], replies: usize) -> RedisResult<Vec<Value>> {
+    async fn send(&self, bytes: &[u8], replies: usize) -> Result<Vec<Value>, QueryError> {
         let (reply_to, reply) = oneshot::channel();
         {
             let mut state = self.shared.lock();
-            if let Some(kind) = state.closed {
-                return Err(io::Error::new(kind, "the connection had closed: not sent").into());
+            if state.closed.is_some() {
+                return Err(QueryError::NotWritten("the connection had closed"));
+            }
+            if state.awaiting.len() >= MAX_AWAITING
+                || (!state.unwritten.is_empty()
+                    && state.unwritten.len().saturating_add(bytes.len()) > MAX_UNWRITTEN)
+            {
+                return Err(QueryError::NotWritten(
+                    "too many commands wait for a server that does not answer",
+                ));
             }
             if state.unwritten.is_empty() {
                 match self.shared.socket.try_write(bytes) {
@@ -264,10 +356,9 @@ impl DirectConnection {
                         self.shared.unwritten_waiting.notify_one();
                     }
                     Err(err) => {
-                        // Part of it may have left before the failure: the caller cannot tell
-                        // that it was not applied, and the error says the connection broke.
+                        // This write was the command's first, and it wrote nothing.
                         self.shared.close(&mut state, err.kind());
-                        return Err(err.into());
+                        return Err(QueryError::NotWritten("the connection broke"));
                     }
                 }
             } else {
@@ -282,18 +373,57 @@ impl DirectConnection {
         }
         match tokio::time::timeout(self.shared.response_timeout, reply).await {
             Ok(Ok(replied)) => replied,
-            Ok(Err(_)) => Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "the connection closed before the reply",
-            )
-            .into()),
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "no reply within the response timeout",
-            )
-            .into()),
+            Ok(Err(_)) => Err(lost(io::ErrorKind::ConnectionAborted)),
+            Err(_) => Err(QueryError::Redis(
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no reply within the response timeout",
+                )
+                .into(),
+            )),
         }
     }
+}
+
+/// What setting a connection up found.
+enum SetUp {
+    Done,
+    /// `AUTH` with a username got "wrong number of arguments": a server without users.
+    RetryWithoutUsername,
+}
+
+/// redis-rs's error for any refused `AUTH`: the server's own text is not kept, as some
+/// servers repeat the arguments (the password) in it.
+fn auth_failed() -> RedisError {
+    RedisError::from((
+        ErrorKind::AuthenticationFailed,
+        "Password authentication failed",
+    ))
+}
+
+/// A command written (or perhaps written) and then lost with the connection.
+fn lost(why: io::ErrorKind) -> QueryError {
+    QueryError::Redis(io::Error::new(why, "the connection broke before the reply").into())
+}
+
+/// Connects to every address `host` names at once, as redis-rs does, and keeps the first
+/// that answers: an address that drops packets does not hold up the others.
+async fn connect_tcp(host: &str, port: u16) -> io::Result<TcpStream> {
+    let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host, port)).await?.collect();
+    if addresses.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "the host name has no address",
+        ));
+    }
+    let tries = addresses
+        .into_iter()
+        .map(|address| Box::pin(TcpStream::connect(address)));
+    let (stream, _) = futures_util::future::select_ok(tries).await?;
+    // Each command is written whole, at once: Nagle's algorithm would only hold back the
+    // commands of other tasks behind an unacknowledged one.
+    stream.set_nodelay(true)?;
+    Ok(stream)
 }
 
 impl Shared {
@@ -301,28 +431,25 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Closes the connection for good, failing every command that waits for a reply.
+    /// Closes the connection for good: shuts the socket down and fails every command that
+    /// waits for a reply. Later calls change nothing.
     fn close(&self, state: &mut State, why: io::ErrorKind) {
         if state.closed.is_some() {
             return;
         }
         state.closed = Some(why);
         self.closed.store(true, Ordering::Release);
+        self.socket.shutdown();
         state.unwritten = Vec::new();
         for waiting in state.awaiting.drain(..) {
-            let lost = io::Error::new(why, "the connection broke before the reply");
-            let _ = waiting.reply_to.send(Err(lost.into()));
+            let _ = waiting.reply_to.send(Err(lost(why)));
         }
     }
 
-    /// Hands out every whole reply at the start of `buffer` and removes it from there.
-    fn deliver(&self, buffer: &mut Vec<u8>) -> io::Result<()> {
-        let mut read = 0;
+    /// Hands `replies` out, in order, to the commands waiting for them.
+    fn deliver(&self, replies: &mut Vec<Value>) -> io::Result<()> {
         let mut state = self.lock();
-        while let Some(length) = frame::reply_length(&buffer[read..])? {
-            let reply = redis::parse_redis_value(&buffer[read..read + length])
-                .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err.to_string()))?;
-            read += length;
+        for reply in replies.drain(..) {
             let Some(front) = state.awaiting.front_mut() else {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -338,15 +465,38 @@ impl Shared {
                 let _ = done.reply_to.send(Ok(done.received));
             }
         }
-        drop(state);
-        buffer.drain(..read);
         Ok(())
+    }
+}
+
+/// Moves every whole reply at the start of `buffer` into `replies`, parsed.
+fn split_replies(buffer: &mut Vec<u8>, replies: &mut Vec<Value>) -> io::Result<()> {
+    let mut read = 0;
+    while let Some(length) = frame::reply_length(&buffer[read..])? {
+        let reply = redis::parse_redis_value(&buffer[read..read + length])
+            .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err.to_string()))?;
+        replies.push(reply);
+        read += length;
+    }
+    buffer.drain(..read);
+    Ok(())
+}
+
+/// Closes the connection when a task of it ends, however it ends: a connection nobody reads
+/// or writes for must not look open.
+struct CloseOnExit<'a>(&'a Shared);
+
+impl Drop for CloseOnExit<'_> {
+    fn drop(&mut self) {
+        self.0.close(&mut self.0.lock(), io::ErrorKind::BrokenPipe);
     }
 }
 
 /// The reader: reads replies and hands each to its command, until the connection closes.
 async fn read_replies(shared: Arc<Shared>) {
+    let _closing = CloseOnExit(&shared);
     let mut buffer = Vec::with_capacity(READ_CHUNK);
+    let mut replies = Vec::new();
     let failure = loop {
         if let Err(err) = shared.socket.readable().await {
             break err.kind();
@@ -358,7 +508,13 @@ async fn read_replies(shared: Arc<Shared>) {
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
             Err(err) => break err.kind(),
         }
-        if let Err(err) = shared.deliver(&mut buffer) {
+        // Parsing needs no lock; only handing the replies out does.
+        if let Err(err) = split_replies(&mut buffer, &mut replies) {
+            break err.kind();
+        }
+        if !replies.is_empty()
+            && let Err(err) = shared.deliver(&mut replies)
+        {
             break err.kind();
         }
     };
@@ -367,6 +523,7 @@ async fn read_replies(shared: Arc<Shared>) {
 
 /// The writer: writes what the socket did not take from the senders, when it can take more.
 async fn write_unwritten(shared: Arc<Shared>) {
+    let _closing = CloseOnExit(&shared);
     loop {
         shared.unwritten_waiting.notified().await;
         loop {
@@ -379,6 +536,10 @@ async fn write_unwritten(shared: Arc<Shared>) {
                 break;
             }
             match shared.socket.try_write(&state.unwritten) {
+                Ok(0) => {
+                    shared.close(&mut state, io::ErrorKind::WriteZero);
+                    return;
+                }
                 Ok(written) => {
                     state.unwritten.drain(..written);
                     if state.unwritten.is_empty() {

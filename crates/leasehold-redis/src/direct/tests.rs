@@ -7,6 +7,7 @@ use redis::{ConnectionInfo, IntoConnectionInfo, Value};
 use test_support::RedisServer;
 
 use super::*;
+use crate::classify::{self, Classified};
 
 const PATIENT: Duration = Duration::from_secs(10);
 
@@ -147,7 +148,10 @@ async fn a_reply_that_came_too_late_is_nobody_s_and_the_next_command_gets_its_ow
     let connection = connect(&server.url(), Duration::from_millis(200)).await;
     let paused = server.pause();
     let late = connection.query(&echo("late")).await.unwrap_err();
-    assert!(late.is_timeout(), "{late:?}");
+    assert!(
+        matches!(&late, QueryError::Redis(e) if e.is_timeout()),
+        "{late:?}"
+    );
     paused.resume();
     assert_eq!(connection.query(&echo("next")).await.unwrap(), bulk("next"));
     assert!(connection.is_open());
@@ -173,29 +177,122 @@ async fn a_broken_connection_fails_what_waits_and_then_refuses_to_write() {
         .status()
         .unwrap();
     assert!(killed.success());
+    // Written, then lost: the server may have run it.
     let lost = waiting.await.unwrap().unwrap_err();
-    assert!(lost.is_io_error(), "{lost:?}");
+    assert!(
+        matches!(classify::after_query(&lost), Classified::Unknown(_)),
+        "{lost:?}"
+    );
     assert!(!connection.is_open());
+    // Never written: not applied.
     let refused = connection.query(&echo("after")).await.unwrap_err();
-    assert!(refused.is_io_error(), "{refused:?}");
+    assert!(
+        matches!(classify::after_query(&refused), Classified::NotApplied(_)),
+        "{refused:?}"
+    );
     drop(paused);
+}
+
+/// A server of our own on loopback: it answers the connect's `PING`, then does `then`.
+async fn fake_server<F, Fut>(then: F) -> (String, tokio::task::JoinHandle<()>)
+where
+    F: FnOnce(TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut asked = Vec::new();
+        while !asked.ends_with(b"PING\r\n") {
+            let mut byte = [0; 1];
+            if socket.read(&mut byte).await.unwrap() == 0 {
+                return;
+            }
+            asked.push(byte[0]);
+        }
+        socket.write_all(b"+PONG\r\n").await.unwrap();
+        then(socket).await;
+    });
+    (format!("redis://{addr}"), server)
 }
 
 #[tokio::test]
 async fn a_reply_to_no_command_closes_the_connection() {
-    // A server that answers before it is asked is not one whose replies can be matched.
+    // A server that answers what nobody asked is not one whose replies can be matched.
+    let (url, server) = fake_server(|mut socket| async move {
+        use tokio::io::AsyncWriteExt;
+        socket.write_all(b"+unasked\r\n").await.unwrap();
+        // Keep the socket open: only the unasked reply may close the connection.
+        tokio::time::sleep(PATIENT).await;
+    })
+    .await;
+    let connection = connect(&url, PATIENT).await;
+    eventually("the connection closed", || !connection.is_open()).await;
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_server_that_refuses_the_connection_fails_the_connect_not_a_command() {
+    // Protected mode and `maxclients` answer a new connection with an error, unasked.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move {
-        let (socket, _) = listener.accept().await.unwrap();
-        socket.writable().await.unwrap();
-        socket.try_write(b"+unasked\r\n").unwrap();
-        // Keep the socket open: only the unasked reply may close the connection.
+        use tokio::io::AsyncWriteExt;
+        let (mut socket, _) = listener.accept().await.unwrap();
+        socket
+            .write_all(b"-ERR max number of clients reached\r\n")
+            .await
+            .unwrap();
         tokio::time::sleep(PATIENT).await;
     });
-    let connection = connect(&format!("redis://{addr}"), PATIENT).await;
-    eventually("the connection closed", || !connection.is_open()).await;
+    let info = format!("redis://{addr}").into_connection_info().unwrap();
+    // The connect fails (which the link reports as not applied), rather than succeeding and
+    // handing the error to the first lease command as its reply (which would be unknown).
+    let refused = DirectConnection::connect(&info, PATIENT).await.err();
+    assert!(refused.is_some(), "the connect succeeded");
     server.abort();
+}
+
+#[tokio::test]
+async fn past_its_limits_a_stalled_connection_refuses_commands_unwritten() {
+    let server = RedisServer::start();
+    let connection = connect(&server.url(), PATIENT).await;
+    let not_written = |err: QueryError| matches!(err, QueryError::NotWritten(_));
+    {
+        let mut state = connection.shared.lock();
+        for _ in 0..MAX_AWAITING {
+            let (reply_to, _) = oneshot::channel();
+            state.awaiting.push_back(Awaiting {
+                replies: 1,
+                received: Vec::new(),
+                reply_to,
+            });
+        }
+    }
+    assert!(not_written(
+        connection.query(&echo("one too many")).await.unwrap_err()
+    ));
+    {
+        let mut state = connection.shared.lock();
+        state.awaiting.clear();
+        state.unwritten = vec![b' '; MAX_UNWRITTEN];
+    }
+    assert!(not_written(
+        connection.query(&echo("too much")).await.unwrap_err()
+    ));
+    assert!(connection.is_open());
+}
+
+#[tokio::test]
+async fn a_connection_whose_reader_stopped_is_closed() {
+    let server = RedisServer::start();
+    let connection = connect(&server.url(), PATIENT).await;
+    connection._tasks._reader.abort();
+    eventually("the connection closed", || !connection.is_open()).await;
+    let refused = connection.query(&echo("unread")).await.unwrap_err();
+    assert!(matches!(refused, QueryError::NotWritten(_)), "{refused:?}");
 }
 
 #[tokio::test]
@@ -252,8 +349,28 @@ async fn it_authenticates_and_selects_the_database_as_redis_rs_would() {
         .await
         .err()
         .expect("a wrong password is refused");
-    assert_eq!(refused.code(), Some("WRONGPASS"), "{refused:?}");
+    assert_eq!(
+        refused.kind(),
+        ErrorKind::AuthenticationFailed,
+        "{refused:?}"
+    );
+    assert_eq!(
+        classify::connect_failure(&refused).cause,
+        leasehold::UnavailableCause::NoPermission
+    );
     assert!(!refused.to_string().contains("wrong"), "{refused}");
+    // A database the server does not have is refused as redis-rs refuses it.
+    let info: ConnectionInfo = format!("redis://lessee:s3cret@127.0.0.1:{port}/99")
+        .into_connection_info()
+        .unwrap();
+    let refused = DirectConnection::connect(&info, PATIENT)
+        .await
+        .err()
+        .expect("database 99 is refused");
+    assert_eq!(
+        classify::connect_failure(&refused).cause,
+        leasehold::UnavailableCause::NoSuchDatabase
+    );
 }
 
 #[tokio::test]
