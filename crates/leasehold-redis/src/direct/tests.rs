@@ -55,6 +55,33 @@ async fn every_reply_goes_to_its_own_command_under_concurrency() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_stay_in_order_when_most_writes_are_partial() {
+    use redis::io::tcp::socket2::SockRef;
+    let server = RedisServer::start();
+    let connection = connect(&server.url(), PATIENT).await;
+    // A send buffer far smaller than the commands, so that most of them are written in parts,
+    // by their senders and by the writer, while other senders queue behind.
+    let Socket::Tcp(stream) = &connection.shared.socket else {
+        panic!("a TCP connection");
+    };
+    SockRef::from(stream).set_send_buffer_size(4096).unwrap();
+    let mut tasks = Vec::new();
+    for task in 0..16 {
+        let connection = connection.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in 0..40 {
+                let text = format!("{task}-{n}-{}", "x".repeat(20_000 + 997 * n));
+                assert_eq!(connection.query(&echo(&text)).await.unwrap(), bulk(&text));
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert!(connection.is_open());
+}
+
 #[tokio::test]
 async fn a_pipeline_gets_one_reply_per_command_error_replies_included() {
     let server = RedisServer::start();
