@@ -150,6 +150,12 @@ pub fn steps(mode: Mode, max_len: usize) -> BoxedStrategy<Vec<Step>> {
                 .boxed(),
         ),
         (
+            1,
+            (c.clone(), r.clone())
+                .prop_map(|(client, resource)| Step::Watch { client, resource })
+                .boxed(),
+        ),
+        (
             2,
             (c.clone(), r.clone())
                 .prop_map(|(client, resource)| Step::Write { client, resource })

@@ -84,6 +84,14 @@ pub enum Step {
         /// Which resource.
         resource: usize,
     },
+    /// The client reads who holds the resource as an election's observer does, without an
+    /// attempt, marking the grant it finds so that its release is announced (D48).
+    Watch {
+        /// Which client.
+        client: usize,
+        /// Which resource.
+        resource: usize,
+    },
     /// The client writes to the fenced resource with its latest handle's fence, whatever the
     /// handle's state (a paused holder does not check).
     Write {

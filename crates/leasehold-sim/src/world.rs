@@ -8,7 +8,7 @@ use leasehold::{
     LeaseBackend, LeaseClient, LeaseHandle, LeaseRequest, LeaseState, ReleaseOutcome, RenewOutcome,
 };
 
-use crate::scenario::RESOURCES;
+use crate::scenario::{RESOURCES, purpose, resource_digest};
 use crate::signature::Signature;
 use crate::step::Step;
 
@@ -36,6 +36,25 @@ impl<B: LeaseBackend> fmt::Debug for World<B> {
             .field("clients", &self.clients.len())
             .field("handles", &self.held.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// The signature of an inspection's outcome: who holds it, with what fence.
+fn inspected(sig: Signature, outcome: InspectOutcome) -> Signature {
+    match outcome {
+        InspectOutcome::Free => sig.text("Free"),
+        InspectOutcome::HeldByThisAttempt(v) => sig
+            .text("Mine(")
+            .maybe_fence(v.fence)
+            .text(&format!(", {:?})", v.holder))
+            .text(&extras(v.holder_name.as_ref(), v.released)),
+        InspectOutcome::HeldByOther(v) => sig
+            .text("Other(")
+            .maybe_fence(v.fence)
+            .text(&format!(", {:?})", v.holder))
+            .text(&extras(v.holder_name.as_ref(), v.released)),
+        InspectOutcome::Indeterminate(_) => sig.text("Indeterminate"),
+        other => sig.text(&format!("{other:?}")),
     }
 }
 
@@ -181,21 +200,14 @@ impl<B: LeaseBackend> World<B> {
                         Some(request.attempt()),
                     )
                     .await;
-                match outcome {
-                    InspectOutcome::Free => sig.text("Free"),
-                    InspectOutcome::HeldByThisAttempt(v) => sig
-                        .text("Mine(")
-                        .maybe_fence(v.fence)
-                        .text(&format!(", {:?})", v.holder))
-                        .text(&extras(v.holder_name.as_ref(), v.released)),
-                    InspectOutcome::HeldByOther(v) => sig
-                        .text("Other(")
-                        .maybe_fence(v.fence)
-                        .text(&format!(", {:?})", v.holder))
-                        .text(&extras(v.holder_name.as_ref(), v.released)),
-                    InspectOutcome::Indeterminate(_) => sig.text("Indeterminate"),
-                    other => sig.text(&format!("{other:?}")),
-                }
+                inspected(sig, outcome)
+            }
+            Step::Watch { client, resource } => {
+                let outcome = self.clients[client]
+                    .backend()
+                    .inspect_watched(&purpose(), &resource_digest(resource))
+                    .await;
+                inspected(Signature::new(resource).text("watch "), outcome)
             }
             Step::Write { client, resource } => {
                 let sig = Signature::new(resource);
