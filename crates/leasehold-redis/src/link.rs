@@ -217,15 +217,33 @@ impl Link {
             .cloned()
     }
 
+    /// How many connections this link has made.
+    fn made(&self) -> u64 {
+        *self
+            .generation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Returns the live connection, making one if there is none.
     async fn connection(&self) -> Result<Current, Unavailable> {
         if let Some(current) = self.cached() {
             return Ok(current);
         }
         // One reconnect at a time; the others wait for it and then use its connection.
+        let seen = self.made();
         let _reconnecting = self.reconnect.lock().await;
         if let Some(current) = self.cached() {
             return Ok(current);
+        }
+        if self.made() != seen {
+            // A connection was made while this command waited, and it has closed already: a
+            // server that accepts and then drops us. Connecting again at once would only
+            // repeat that for every waiter in turn, each after the last.
+            return Err(Unavailable::new(
+                UnavailableCause::NotConnected,
+                "the connection made while this command waited closed at once",
+            ));
         }
         let connect = self.connector.connect();
         let connection = match tokio::time::timeout(self.connect_timeout, connect).await {
@@ -690,6 +708,64 @@ mod tests {
         // answered, where it used to fail as unknown.
         link.load(&crate::scripts::all()).await.unwrap();
         assert_eq!(link.cached().expect("connected").generation, first + 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn commands_that_waited_for_a_connection_that_closed_at_once_do_not_reconnect_in_turn() {
+        use std::sync::atomic::AtomicUsize;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // A server that answers the connect's PING slowly and then drops the connection.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&accepted);
+        let server = tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut asked = Vec::new();
+                    while !asked.ends_with(b"PING\r\n") {
+                        let mut byte = [0; 1];
+                        if socket.read(&mut byte).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        asked.push(byte[0]);
+                    }
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    let _ = socket.write_all(b"+PONG\r\n").await;
+                });
+            }
+        });
+        let timeout = Duration::from_secs(5);
+        let link = Arc::new(Link::new(
+            Connector::Single {
+                client: redis::Client::open(format!("redis://{addr}")).unwrap(),
+                config: AsyncConnectionConfig::new(),
+                response_timeout: timeout,
+            },
+            addr.to_string(),
+            timeout,
+            16,
+        ));
+        let callers: Vec<_> = (0..8)
+            .map(|_| {
+                let link = Arc::clone(&link);
+                tokio::spawn(async move { link.ready().await })
+            })
+            .collect();
+        for caller in callers {
+            // Each is answered: by the connection, or as not connected.
+            if let Err(failure) = caller.await.unwrap() {
+                assert!(
+                    matches!(&failure, Failure::Unavailable(u) if u.cause == UnavailableCause::NotConnected),
+                    "{failure:?}"
+                );
+            }
+        }
+        // One connection for all eight, not one after another for each.
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        server.abort();
     }
 
     #[tokio::test]
