@@ -166,8 +166,10 @@ impl DirectConnection {
     ///
     /// The connection's failure, or the server's refusal, as redis-rs reports them: `AUTH`
     /// as `AuthenticationFailed` (never with the server's text, which may repeat the
-    /// password), `SELECT` as a refusal to switch database, a server that refuses the
-    /// connection itself (protected mode, `maxclients`) by its own error.
+    /// password), `SELECT` as a refusal to switch database. A server that refuses the
+    /// connection itself (protected mode, `maxclients`) sends one error and closes: the
+    /// connect fails by that error or, when it came before our commands' place in the
+    /// order, as a lost connection.
     pub(crate) async fn connect(
         info: &ConnectionInfo,
         response_timeout: Duration,
@@ -227,6 +229,13 @@ impl DirectConnection {
                 io::Error::new(io::ErrorKind::ConnectionReset, why).into()
             }
         })?;
+        if replies.len() != setup.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the connection's setup got too few replies",
+            )
+            .into());
+        }
         let mut replies = replies.into_iter();
         if password.is_some() {
             match replies.next() {

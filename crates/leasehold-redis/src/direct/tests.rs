@@ -133,6 +133,10 @@ async fn what_the_socket_does_not_take_is_written_later_in_order() {
                 .await
         })
     };
+    eventually("the second command queued", || {
+        connection.shared.lock().awaiting.len() == 2
+    })
+    .await;
     paused.resume();
     assert_eq!(sending.await.unwrap().unwrap(), Value::Okay);
     assert_eq!(after.await.unwrap().unwrap(), Value::Int(32 << 20));
@@ -172,7 +176,8 @@ async fn a_command_sent_while_bytes_wait_goes_behind_them() {
 #[tokio::test]
 async fn a_reply_that_came_too_late_is_nobody_s_and_the_next_command_gets_its_own() {
     let server = RedisServer::start();
-    let connection = connect(&server.url(), Duration::from_millis(200)).await;
+    // Long enough for a just-resumed server on a busy machine to answer the next command.
+    let connection = connect(&server.url(), Duration::from_secs(1)).await;
     let paused = server.pause();
     let late = connection.query(&echo("late")).await.unwrap_err();
     assert!(
@@ -220,43 +225,105 @@ async fn a_broken_connection_fails_what_waits_and_then_refuses_to_write() {
     drop(paused);
 }
 
-/// A server of our own on loopback: it answers the connect's `PING`, then does `then`.
-async fn fake_server<F, Fut>(then: F) -> (String, tokio::task::JoinHandle<()>)
-where
-    F: FnOnce(TcpStream) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
+/// The commands a [`fake_redis`] was sent, each as its arguments.
+type Asked = Arc<std::sync::Mutex<Vec<Vec<String>>>>;
+
+/// A server of our own on loopback for one connection: each command it reads (split as the
+/// reader splits replies: the framing is the same) gets `answer`'s bytes, and the socket
+/// stays open until the test ends.
+async fn fake_redis(
+    answer: impl Fn(&[String]) -> String + Send + 'static,
+) -> (String, Asked, tokio::task::JoinHandle<()>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let asked: Asked = Arc::default();
+    let seen = Arc::clone(&asked);
     let server = tokio::spawn(async move {
         let (mut socket, _) = listener.accept().await.unwrap();
-        let mut asked = Vec::new();
-        while !asked.ends_with(b"PING\r\n") {
-            let mut byte = [0; 1];
-            if socket.read(&mut byte).await.unwrap() == 0 {
+        let mut buffer = Vec::new();
+        loop {
+            let mut chunk = [0; 4096];
+            let n = socket.read(&mut chunk).await.unwrap();
+            if n == 0 {
                 return;
             }
-            asked.push(byte[0]);
+            buffer.extend_from_slice(&chunk[..n]);
+            while let Some(length) = frame::reply_length(&buffer).unwrap() {
+                let Value::Array(parts) = redis::parse_redis_value(&buffer[..length]).unwrap()
+                else {
+                    panic!("a command is an array");
+                };
+                buffer.drain(..length);
+                let args: Vec<String> = parts
+                    .into_iter()
+                    .map(|part| match part {
+                        Value::BulkString(bytes) => String::from_utf8(bytes).unwrap(),
+                        other => panic!("{other:?}"),
+                    })
+                    .collect();
+                let reply = answer(&args);
+                seen.lock().unwrap().push(args);
+                socket.write_all(reply.as_bytes()).await.unwrap();
+            }
         }
-        socket.write_all(b"+PONG\r\n").await.unwrap();
-        then(socket).await;
     });
-    (format!("redis://{addr}"), server)
+    (format!("redis://{addr}"), asked, server)
 }
 
 #[tokio::test]
 async fn a_reply_to_no_command_closes_the_connection() {
     // A server that answers what nobody asked is not one whose replies can be matched.
-    let (url, server) = fake_server(|mut socket| async move {
-        use tokio::io::AsyncWriteExt;
-        socket.write_all(b"+unasked\r\n").await.unwrap();
-        // Keep the socket open: only the unasked reply may close the connection.
-        tokio::time::sleep(PATIENT).await;
-    })
-    .await;
+    let (url, _, server) = fake_redis(|_| "+PONG\r\n+unasked\r\n".to_owned()).await;
     let connection = connect(&url, PATIENT).await;
     eventually("the connection closed", || !connection.is_open()).await;
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_refused_auth_never_repeats_the_password() {
+    // Some servers repeat a command's arguments in their error: the password among them.
+    let (url, _, server) = fake_redis(|args| match args[0].as_str() {
+        "AUTH" => format!(
+            "-ERR unknown command 'AUTH', with args beginning with: {}\r\n",
+            args[1..].join(" ")
+        ),
+        _ => "+PONG\r\n".to_owned(),
+    })
+    .await;
+    let with_password = url.replace("redis://", "redis://lessee:pw-never-shown@");
+    let info = with_password.into_connection_info().unwrap();
+    let refused = DirectConnection::connect(&info, PATIENT)
+        .await
+        .err()
+        .expect("a refused AUTH fails the connect");
+    assert_eq!(refused.kind(), ErrorKind::AuthenticationFailed);
+    for text in [refused.to_string(), format!("{refused:?}")] {
+        assert!(!text.contains("pw-never-shown"), "{text}");
+    }
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_server_without_users_is_sent_the_password_alone() {
+    // Redis before 6 takes `AUTH password` only, and says so for `AUTH user password`.
+    let (url, asked, server) = fake_redis(|args| match (args[0].as_str(), args.len()) {
+        ("AUTH", 3) => "-ERR wrong number of arguments for 'auth' command\r\n".to_owned(),
+        ("AUTH", _) => "+OK\r\n".to_owned(),
+        _ => "+PONG\r\n".to_owned(),
+    })
+    .await;
+    let with_password = url.replace("redis://", "redis://lessee:pw@");
+    let connection = connect(&with_password, PATIENT).await;
+    assert!(connection.is_open());
+    let auths: Vec<Vec<String>> = asked
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|args| args[0] == "AUTH")
+        .cloned()
+        .collect();
+    assert_eq!(auths, [vec!["AUTH", "lessee", "pw"], vec!["AUTH", "pw"]]);
     server.abort();
 }
 
