@@ -83,8 +83,8 @@ struct Shared {
     state: Mutex<State>,
     /// Wakes the writer when bytes wait in [`State::unwritten`].
     unwritten_waiting: Notify,
-    /// Set once the connection is closed, for [`DirectConnection::is_open`] to read without
-    /// the lock.
+    /// Set once the connection is closed (under the lock, so that a sender holding it sees
+    /// it settled), and read without the lock by [`DirectConnection::is_open`].
     closed: AtomicBool,
     response_timeout: Duration,
 }
@@ -95,8 +95,6 @@ struct State {
     awaiting: VecDeque<Awaiting>,
     /// Commands' bytes the socket has not taken yet, in order, for the writer.
     unwritten: Vec<u8>,
-    /// Why the connection closed, once it has.
-    closed: Option<io::ErrorKind>,
 }
 
 /// A command waiting for its replies (one per command it carries: a pipeline has several).
@@ -274,7 +272,6 @@ impl DirectConnection {
             state: Mutex::new(State {
                 awaiting: VecDeque::new(),
                 unwritten: Vec::new(),
-                closed: None,
             }),
             unwritten_waiting: Notify::new(),
             closed: AtomicBool::new(false),
@@ -293,7 +290,7 @@ impl DirectConnection {
     /// Returns true if and only if the connection has not closed: a command sent on it will
     /// be written.
     pub(crate) fn is_open(&self) -> bool {
-        !self.shared.closed.load(Ordering::Acquire)
+        !self.shared.is_closed()
     }
 
     /// Sends one command and returns its reply. An error reply, or one nested in an array,
@@ -342,7 +339,7 @@ impl DirectConnection {
         let (reply_to, reply) = oneshot::channel();
         {
             let mut state = self.shared.lock();
-            if state.closed.is_some() {
+            if self.shared.is_closed() {
                 return Err(QueryError::NotWritten("the connection had closed"));
             }
             if state.awaiting.len() >= MAX_AWAITING
@@ -354,21 +351,18 @@ impl DirectConnection {
                 ));
             }
             if state.unwritten.is_empty() {
-                match self.shared.socket.try_write(bytes) {
-                    Ok(written) if written == bytes.len() => {}
-                    Ok(written) => {
-                        state.unwritten.extend_from_slice(&bytes[written..]);
-                        self.shared.unwritten_waiting.notify_one();
-                    }
-                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                        state.unwritten.extend_from_slice(bytes);
-                        self.shared.unwritten_waiting.notify_one();
-                    }
+                let written = match self.shared.socket.try_write(bytes) {
+                    Ok(written) => written,
+                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => 0,
                     Err(err) => {
                         // This write was the command's first, and it wrote nothing.
                         self.shared.close(&mut state, err.kind());
                         return Err(QueryError::NotWritten("the connection broke"));
                     }
+                };
+                if written < bytes.len() {
+                    state.unwritten.extend_from_slice(&bytes[written..]);
+                    self.shared.unwritten_waiting.notify_one();
                 }
             } else {
                 // Behind bytes still waiting for the socket: the writer sends them in order.
@@ -440,14 +434,17 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     /// Closes the connection for good: shuts the socket down and fails every command that
-    /// waits for a reply. Later calls change nothing.
+    /// waits for a reply, as lost `why`. Later calls change nothing. Takes the lock's guard,
+    /// so that no sender writes meanwhile.
     fn close(&self, state: &mut State, why: io::ErrorKind) {
-        if state.closed.is_some() {
+        if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        state.closed = Some(why);
-        self.closed.store(true, Ordering::Release);
         self.socket.shutdown();
         state.unwritten = Vec::new();
         for waiting in state.awaiting.drain(..) {
@@ -541,7 +538,7 @@ async fn write_unwritten(shared: Arc<Shared>) {
                 return;
             }
             let mut state = shared.lock();
-            if state.unwritten.is_empty() || state.closed.is_some() {
+            if state.unwritten.is_empty() || shared.is_closed() {
                 break;
             }
             match shared.socket.try_write(&state.unwritten) {
