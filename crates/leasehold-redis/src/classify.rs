@@ -55,6 +55,19 @@ impl From<RedisError> for QueryError {
     }
 }
 
+impl From<QueryError> for RedisError {
+    /// For a caller that only reports the failure (the connection's own setup, the eviction
+    /// check): a command never written is a connection that is not there.
+    fn from(err: QueryError) -> Self {
+        match err {
+            QueryError::Redis(err) => err,
+            QueryError::NotWritten(why) => {
+                std::io::Error::new(std::io::ErrorKind::NotConnected, why).into()
+            }
+        }
+    }
+}
+
 /// Classifies a failed command: one never written is not applied; the rest as
 /// [`after_send`].
 pub(crate) fn after_query(err: &QueryError) -> Classified {

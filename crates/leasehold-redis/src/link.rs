@@ -263,13 +263,7 @@ impl Link {
             let query = async move {
                 let mut cmd = redis::cmd("CONFIG");
                 cmd.arg("GET").arg("maxmemory-policy").arg("maxmemory");
-                match probe.query(&cmd).await {
-                    Ok(reply) => server_error(reply),
-                    Err(QueryError::Redis(err)) => Err(err),
-                    Err(QueryError::NotWritten(why)) => {
-                        Err(std::io::Error::new(std::io::ErrorKind::NotConnected, why).into())
-                    }
-                }
+                Ok(probe.query(&cmd).await?)
             };
             crate::eviction::check(query, self.connect_timeout, &self.endpoint).await;
         }

@@ -221,12 +221,7 @@ impl DirectConnection {
         // unasked, and it must fail the connect (nothing applied), not the first lease
         // command (which it would leave unknown).
         setup.cmd("PING");
-        let replies = self.query_pipeline(&setup).await.map_err(|err| match err {
-            QueryError::Redis(err) => err,
-            QueryError::NotWritten(why) => {
-                io::Error::new(io::ErrorKind::ConnectionReset, why).into()
-            }
-        })?;
+        let replies = self.query_pipeline(&setup).await?;
         if replies.len() != setup.len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
