@@ -459,22 +459,15 @@ impl Link {
     /// after [`MAX_SCAN_ROUNDS`] rounds, reported as unavailable rather than as a short list.
     pub(crate) async fn scan(&self, pattern: &str) -> Result<Vec<String>, Failure> {
         let current = self.connection().await.map_err(Failure::Unavailable)?;
-        let scanned = match current.connection.clone() {
-            Connection::Direct(connection) => {
+        let scanned = match &current.connection {
+            Connection::Cluster(connection) => scan_cluster(pattern, connection.clone()).await,
+            one_server => {
                 scan_node(pattern, |cmd| {
-                    let connection = connection.clone();
+                    let mut connection = one_server.clone();
                     async move { connection.query(&cmd).await }
                 })
                 .await
             }
-            Connection::Single(connection) => {
-                scan_node(pattern, |cmd| {
-                    let mut connection = connection.clone();
-                    async move { Ok(cmd.query_async(&mut connection).await?) }
-                })
-                .await
-            }
-            Connection::Cluster(connection) => scan_cluster(pattern, connection).await,
         };
         scanned.map_err(|err| match err {
             ScanError::Query(err) => Failure::from(self.classify(&current, &err)),
