@@ -285,13 +285,11 @@ impl<B: LeaseBackend> LeaseClient<B> {
         resource: &ResourceDigest,
         attempt: Option<&Attempt>,
     ) -> InspectOutcome {
-        let span = lease_span!(TRACE, "inspect", purpose, resource);
-        async {
-            let outcome = self.backend.inspect(purpose, resource, attempt).await;
-            tracing::trace!(outcome = telemetry::inspect_kind(&outcome), "inspected");
-            outcome
-        }
-        .instrument(span)
+        traced_inspection(
+            purpose,
+            resource,
+            self.backend.inspect(purpose, resource, attempt),
+        )
         .await
     }
 
@@ -302,13 +300,27 @@ impl<B: LeaseBackend> LeaseClient<B> {
         purpose: &Purpose,
         resource: &ResourceDigest,
     ) -> InspectOutcome {
-        let span = lease_span!(TRACE, "inspect", purpose, resource);
-        async {
-            let outcome = self.backend.inspect_watched(purpose, resource).await;
-            tracing::trace!(outcome = telemetry::inspect_kind(&outcome), "inspected");
-            outcome
-        }
-        .instrument(span)
+        traced_inspection(
+            purpose,
+            resource,
+            self.backend.inspect_watched(purpose, resource),
+        )
         .await
     }
+}
+
+/// Runs `read`, an inspection of `resource`, in its span, and logs what it found.
+async fn traced_inspection(
+    purpose: &Purpose,
+    resource: &ResourceDigest,
+    read: impl Future<Output = InspectOutcome>,
+) -> InspectOutcome {
+    let span = lease_span!(TRACE, "inspect", purpose, resource);
+    async {
+        let outcome = read.await;
+        tracing::trace!(outcome = telemetry::inspect_kind(&outcome), "inspected");
+        outcome
+    }
+    .instrument(span)
+    .await
 }
