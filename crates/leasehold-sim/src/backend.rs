@@ -57,6 +57,15 @@ pub struct SimBackend {
 }
 
 impl SimBackend {
+    pub(crate) fn new(server: SimServer, command_timeout: Duration) -> Self {
+        Self {
+            server,
+            command_timeout,
+            faults: Mutex::new(VecDeque::new()),
+            sent: Mutex::new(Vec::new()),
+        }
+    }
+
     /// An inspection; with `mark`, a watch's, which marks the grant found (`inspect.lua`
     /// with `mark`). Only the mark changes anything, so a lost reply is only an unknown
     /// answer, and a request lost on its way marks nothing.
@@ -83,14 +92,6 @@ impl SimBackend {
                 self.server.inspect_now(&key, attempt, mark)
             }
             None => self.server.inspect_now(&key, attempt, mark),
-        }
-    }
-    pub(crate) fn new(server: SimServer, command_timeout: Duration) -> Self {
-        Self {
-            server,
-            command_timeout,
-            faults: Mutex::new(VecDeque::new()),
-            sent: Mutex::new(Vec::new()),
         }
     }
 
