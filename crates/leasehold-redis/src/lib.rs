@@ -81,6 +81,8 @@ mod renewals;
 mod scripts;
 pub mod settings;
 mod telemetry;
+#[cfg(test)]
+mod testing;
 mod topology;
 mod url;
 
