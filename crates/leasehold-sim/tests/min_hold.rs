@@ -2,33 +2,16 @@
 //! as the scripts, to the millisecond (the differential test in leasehold-redis compares the
 //! two).
 
+mod common;
+
 use std::time::Duration;
 
+use common::{request, world};
 use leasehold::{
     AcquireOutcome, HolderName, InspectOutcome, LeaseClient, LeaseRequest, LossCause, ManualClock,
-    OperationId, Purpose, ReleaseOutcome, RenewOutcome, ResourceDigest,
+    ReleaseOutcome, RenewOutcome,
 };
-use leasehold_sim::{Fault, SimBackend, SimServer, run_now};
-
-fn world() -> (SimServer, LeaseClient<SimBackend>, ManualClock) {
-    let clock = ManualClock::new();
-    let server = SimServer::new(clock.clone());
-    let client =
-        LeaseClient::new(server.connect(Duration::from_millis(200))).with_clock(clock.clone());
-    (server, client, clock)
-}
-
-fn request(client: &LeaseClient<SimBackend>, op: &str, ttl_ms: u64) -> LeaseRequest {
-    let attempt = client.new_attempt(OperationId::new(op).unwrap()).unwrap();
-    client
-        .request(
-            Purpose::new("sim").unwrap(),
-            ResourceDigest::of("job"),
-            attempt,
-            Duration::from_millis(ttl_ms),
-        )
-        .unwrap()
-}
+use leasehold_sim::{Fault, SimServer, run_now};
 
 fn hold(request: LeaseRequest, ms: u64) -> LeaseRequest {
     request.with_min_hold(Duration::from_millis(ms)).unwrap()

@@ -3,31 +3,14 @@
 //! grant. The release is then not announced; the waiters are woken by the failover itself
 //! (the Redis backend's notice connection comes back) and mark the grant again as they retry.
 
-use std::time::Duration;
+mod common;
 
-use leasehold::{
-    AcquireOutcome, LeaseClient, LeaseRequest, ManualClock, OperationId, Purpose, ReleaseOutcome,
-    ResourceDigest,
-};
+use common::world;
+use leasehold::{AcquireOutcome, LeaseClient, LeaseRequest, ReleaseOutcome};
 use leasehold_sim::{SimBackend, SimServer, run_now};
 
-fn world() -> (SimServer, LeaseClient<SimBackend>) {
-    let clock = ManualClock::new();
-    let server = SimServer::new(clock.clone());
-    let client = LeaseClient::new(server.connect(Duration::from_millis(200))).with_clock(clock);
-    (server, client)
-}
-
 fn request(client: &LeaseClient<SimBackend>, op: &str) -> LeaseRequest {
-    let attempt = client.new_attempt(OperationId::new(op).unwrap()).unwrap();
-    client
-        .request(
-            Purpose::new("sim").unwrap(),
-            ResourceDigest::of("job"),
-            attempt,
-            Duration::from_secs(10),
-        )
-        .unwrap()
+    common::request(client, op, 10_000)
 }
 
 /// Whether a try by another owner is refused (and so marks the grant).
@@ -42,7 +25,7 @@ fn refused(client: &LeaseClient<SimBackend>, op: &str) -> bool {
 /// over to a replica that missed that one write. Returns how many releases were announced
 /// once the holder released, and whether the grant outlived the failover.
 fn release_after_a_refusal(lose_the_mark: bool, refused_again: bool) -> (u64, bool) {
-    let (server, client) = world();
+    let (server, client, _) = world();
     let holder = request(&client, "holder");
     let lease = run_now(client.try_acquire(&holder)).into_handle().unwrap();
     let fence = lease.fence();
