@@ -246,8 +246,10 @@ impl RedisBackend {
             };
         }
         if fence.is_none() && !self.sharded {
-            // The cleanup behind an acquire: that acquire must not be sent after it.
-            self.acquires.withdraw(&attempt_string(attempt));
+            // The cleanup behind an acquire: nothing sent for that acquire may land after it.
+            if let Some(sending) = self.acquires.withdraw(&attempt_string(attempt)) {
+                sending.await;
+            }
         }
         let call = ReleaseCall {
             lease_key,

@@ -12,14 +12,18 @@
 //! sent again one entry at a time, since the refusal proves that none of them ran.
 //!
 //! Cancellation keeps the rule a dropped acquire relies on: its cleanup (`release_attempt`),
-//! sent after the drop, must reach the connection behind the acquire, or the acquire must
-//! never be sent. An entry whose caller is dropped while it is queued leaves the queue; the
-//! cleanup also takes its attempt's entry out of the queue before it is sent; and the leader
-//! makes sure of a connection first, then takes the queue and hands the command to the
-//! connection under the queue's lock, so an entry is either still queued or already on the
-//! connection. A leader dropped while it yields hands the queue to a task of its own, and one
-//! dropped while its command is in flight hands the command to a task that answers the
-//! others: no caller's cancellation takes another's reply away.
+//! sent after the drop, must reach the server after everything sent for the acquire, or the
+//! acquire must never be sent. An entry whose caller is dropped while it is queued leaves the
+//! queue; the cleanup also takes its attempt's entry out of the queue before it is sent; and
+//! the leader makes sure of a connection first, then takes the queue and hands the command to
+//! the connection under the queue's lock, so an entry is either still queued or already on the
+//! connection. An entry on the connection stays listed until its command is done, resends
+//! included (after NOSCRIPT the command is sent again, for the dropped caller's entry too), and
+//! the cleanup waits for that ([`Batcher::withdraw`]): were it sent at once, it would land
+//! between the refused command and its resend, and the resend would make a grant nobody holds.
+//! A leader dropped while it yields hands the queue to a task of its own, and one dropped while
+//! its command is in flight hands the command to a task that answers the others: no caller's
+//! cancellation takes another's reply away.
 //!
 //! On a Cluster a script's keys must share a slot, so nothing is batched there.
 
@@ -31,6 +35,7 @@ use std::task::{Context, Poll};
 use leasehold::{Failure, Indeterminate, IndeterminateCause, UnavailableCause};
 use redis::Value;
 use tokio::sync::oneshot;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::backend::unreadable;
 use crate::decode;
@@ -57,9 +62,19 @@ struct Queue<E> {
     next_id: u64,
 }
 
-/// The queue of one script's entries not yet sent.
+/// The entries of a command on the connection, listed until the command is done.
+struct OnTheWire<E> {
+    id: u64,
+    entries: Arc<Vec<E>>,
+    /// Cancelled when the command is done, or dropped unsent.
+    done: CancellationToken,
+}
+
+/// The queue of one script's entries not yet sent, and the commands on the connection.
 pub(crate) struct Batcher<E> {
     queue: Mutex<Queue<E>>,
+    /// Locked after `queue` where both are held; alone by a command that is done.
+    on_the_wire: Mutex<Vec<OnTheWire<E>>>,
 }
 
 type Chunk = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -72,6 +87,7 @@ impl<E: BatchEntry> Batcher<E> {
                 slots: Vec::new(),
                 next_id: 0,
             }),
+            on_the_wire: Mutex::new(Vec::new()),
         })
     }
 
@@ -127,7 +143,7 @@ impl<E: BatchEntry> Batcher<E> {
     /// entries, each polled once under the queue's lock: an entry is either still queued, or
     /// on the connection ahead of anything sent after the lock is let go.
     fn start(
-        &self,
+        self: &Arc<Self>,
         link: &Arc<Link>,
         gate: Option<ReplicationGate>,
         leader: u64,
@@ -139,14 +155,46 @@ impl<E: BatchEntry> Batcher<E> {
         let mut chunks = Vec::with_capacity(slots.len().div_ceil(MAX_BATCH));
         let mut slots = slots.into_iter().peekable();
         while slots.peek().is_some() {
-            let batch: Vec<Slot<E>> = slots.by_ref().take(MAX_BATCH).collect();
-            let mut chunk: Chunk = Box::pin(send_chunk(Arc::clone(link), gate, batch));
+            let (entries, replies): (Vec<E>, Vec<oneshot::Sender<Sent>>) = slots
+                .by_ref()
+                .take(MAX_BATCH)
+                .map(|slot| (slot.entry, slot.reply))
+                .unzip();
+            let entries = Arc::new(entries);
+            // Listed before the queue's lock is let go: a cleanup finds its entry queued or
+            // here, never in between.
+            let done = self.list(&mut queue, &entries);
+            let mut chunk: Chunk =
+                Box::pin(send_chunk(Arc::clone(link), gate, entries, replies, done));
             if chunk.as_mut().poll(cx).is_pending() {
                 chunks.push(chunk);
             }
         }
         drop(queue);
         Sending { chunks, alone }
+    }
+
+    /// Lists `entries` as on the connection until the returned guard is dropped.
+    fn list(self: &Arc<Self>, queue: &mut Queue<E>, entries: &Arc<Vec<E>>) -> Done<E> {
+        let id = queue.next_id;
+        queue.next_id += 1;
+        let done = CancellationToken::new();
+        self.wire().push(OnTheWire {
+            id,
+            entries: Arc::clone(entries),
+            done: done.clone(),
+        });
+        Done {
+            batcher: Arc::clone(self),
+            id,
+            done,
+        }
+    }
+
+    fn wire(&self) -> std::sync::MutexGuard<'_, Vec<OnTheWire<E>>> {
+        self.on_the_wire
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Answers everything queued with `failure`: nothing was sent.
@@ -171,9 +219,38 @@ impl<E: BatchEntry> Batcher<E> {
 
 impl Batcher<AcquireEntry> {
     /// Takes `attempt`'s acquire out of the queue, if it is still there: its caller is gone,
-    /// and the cleanup sent after it must not overtake it.
-    pub(crate) fn withdraw(&self, attempt: &str) {
-        self.lock().slots.retain(|slot| !slot.entry.is_for(attempt));
+    /// and the cleanup sent after it must not overtake it. If its command is on the connection
+    /// instead, returns what the cleanup must wait for before it is sent: that command done,
+    /// with whatever it sends again (after NOSCRIPT), so that nothing sent for the acquire
+    /// lands after the cleanup. That wait is bounded by the command's own timeouts.
+    pub(crate) fn withdraw(&self, attempt: &str) -> Option<WaitForCancellationFutureOwned> {
+        let mut queue = self.lock();
+        queue.slots.retain(|slot| !slot.entry.is_for(attempt));
+        let wire = self.wire();
+        let sending = wire
+            .iter()
+            .find(|sent| sent.entries.iter().any(|entry| entry.is_for(attempt)))?;
+        Some(sending.done.clone().cancelled_owned())
+    }
+}
+
+/// Keeps a command's entries listed as on the connection; dropped when the command is done
+/// (or dropped unsent), it takes them off the list and wakes the cleanups that wait for it.
+struct Done<E> {
+    batcher: Arc<Batcher<E>>,
+    id: u64,
+    done: CancellationToken,
+}
+
+impl<E> Drop for Done<E> {
+    fn drop(&mut self) {
+        // Only this lock: a command can be done while `start` holds the queue's.
+        self.batcher
+            .on_the_wire
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|sent| sent.id != self.id);
+        self.done.cancel();
     }
 }
 
@@ -248,16 +325,16 @@ impl Drop for Sending {
     }
 }
 
-/// Sends one command for `batch` and answers each entry.
+/// Sends one command for `entries` and answers each through `replies`; `done` is dropped once
+/// nothing more will be sent for them.
 async fn send_chunk<E: BatchEntry>(
     link: Arc<Link>,
     gate: Option<ReplicationGate>,
-    batch: Vec<Slot<E>>,
+    entries: Arc<Vec<E>>,
+    replies: Vec<oneshot::Sender<Sent>>,
+    done: Done<E>,
 ) {
-    let (entries, replies): (Vec<E>, Vec<oneshot::Sender<Sent>>) = batch
-        .into_iter()
-        .map(|slot| (slot.entry, slot.reply))
-        .unzip();
+    let _done = done;
     let sent = link.eval(&BatchCall { entries: &entries }, gate).await;
     match sent {
         Err(Failure::Unavailable(refused))

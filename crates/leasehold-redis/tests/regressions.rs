@@ -11,7 +11,7 @@ use leasehold_redis::leasehold::{
     RenewOutcome, ResourceDigest, UnavailableCause, UnusableKey,
 };
 use leasehold_redis::{RedisBackend, RedisSettings};
-use test_support::RedisServer;
+use test_support::{Fault, FaultProxy, RedisServer, Reply};
 
 /// Defect 3: a replay used to be granted the full TTL again.
 #[tokio::test]
@@ -128,6 +128,112 @@ async fn noscript_after_script_flush_recovers() {
     assert_eq!(sent.get("evalsha"), Some(&2), "{sent:?}");
     assert_eq!(sent.get("script|load"), Some(&1), "{sent:?}");
     assert_eq!(lease.release().await, ReleaseOutcome::Released);
+}
+
+/// Issue 34: acquires sent together are sent again after NOSCRIPT (a `SCRIPT FLUSH`, a
+/// restart), and the resend used to carry the acquire of a caller dropped meanwhile. That
+/// caller's cleanup had gone out at once, between the refused command and its resend, so the
+/// resend made a grant after its cleanup: a lease nobody held, for its whole TTL.
+///
+/// The replies are held back (a proxy) while the batch's first EVALSHA is refused, half its
+/// callers are dropped, and then let through: the resend follows.
+#[tokio::test]
+async fn a_dropped_acquire_resent_after_noscript_leaves_no_grant() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let settings = RedisSettings::default()
+        .with_command_timeout(Duration::from_secs(10))
+        .expect("valid timeout");
+    let client = RedisBackend::open(&proxy.url(), settings)
+        .expect("valid URL")
+        .into_client();
+    client.backend().warm_up().await.expect("warm up");
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    proxy.to_client(Fault::Hold);
+    let before = server.commandstats();
+    let ttl = Duration::from_secs(60);
+    // One acquire alone keeps a command in flight, so that the next ones are sent together.
+    let first = request(&client, "orphan/first", "op", ttl);
+    let alone = {
+        let client = client.clone();
+        let first = first.clone();
+        tokio::spawn(async move { client.acquire(&first).await })
+    };
+    tokio::task::yield_now().await;
+    // With a wait: a dropped `acquire` (unlike `try_acquire`) cleans up behind itself.
+    let requests: Vec<_> = (0..16)
+        .map(|i| {
+            request(&client, &format!("orphan/{i}"), "op", ttl)
+                .with_wait_timeout(Duration::from_secs(30))
+                .expect("valid wait")
+        })
+        .collect();
+    let mut tasks: Vec<_> = requests
+        .iter()
+        .map(|req| {
+            let client = client.clone();
+            let req = req.clone();
+            tokio::spawn(async move { client.acquire(&req).await })
+        })
+        .collect();
+    // Both commands reached the server (and were refused: no script); no reply came back.
+    let evalsha = |server: &RedisServer| {
+        client_commands(&delta(&before, &server.commandstats()))
+            .get("evalsha")
+            .copied()
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while evalsha(&server) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the acquires were not sent"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Half the batch's callers give up; their cleanups start.
+    for task in tasks.iter().step_by(2) {
+        task.abort();
+    }
+    // Give a cleanup sent at once the time to reach the server before the replies pass.
+    let cleanups = |server: &RedisServer| {
+        client_commands(&delta(&before, &server.commandstats()))
+            .get("eval")
+            .copied()
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_millis(500);
+    while cleanups(&server) < 8 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    proxy.to_client(Fault::Pass);
+    assert!(matches!(alone.await.unwrap(), AcquireOutcome::Acquired(_)));
+    for (i, task) in tasks.drain(..).enumerate() {
+        let outcome = task.await;
+        if i % 2 == 1 {
+            let outcome = outcome.expect("not aborted");
+            assert!(
+                matches!(outcome, AcquireOutcome::Acquired(_)),
+                "{i}: {outcome}"
+            );
+        }
+    }
+    tokio::time::timeout(Duration::from_secs(20), client.settle())
+        .await
+        .expect("the cleanups finished");
+    // The batch was sent again after NOSCRIPT, with the dropped callers' entries in it.
+    assert!(
+        evalsha(&server) >= 3,
+        "no resend: the test did not reach its case"
+    );
+    for (i, req) in requests.iter().enumerate().step_by(2) {
+        let found = server.cmd(&["EXISTS", &lease_key(&client, req)]);
+        assert_eq!(
+            found,
+            Reply::Int(0),
+            "acquire {i} was dropped, yet its grant is held"
+        );
+    }
 }
 
 /// After warm-up every operation is exactly one round trip: one EVALSHA, nothing else.
