@@ -164,6 +164,13 @@ fn server_error(value: Value) -> RedisResult<Value> {
     }
 }
 
+/// The connects a link has tried, and how the last one failed.
+#[derive(Default)]
+struct Tried {
+    count: u64,
+    failed: Option<Unavailable>,
+}
+
 /// A connection and its generation, so that only the broken one is forgotten.
 #[derive(Clone)]
 struct Current {
@@ -180,6 +187,9 @@ pub(crate) struct Link {
     connect_timeout: Duration,
     current: Mutex<Option<Current>>,
     generation: Mutex<u64>,
+    /// How many connects have been tried, and how the last one failed, if it did: a command
+    /// that waited while one was tried takes its answer rather than trying again in turn.
+    tried: Mutex<Tried>,
     reconnect: tokio::sync::Mutex<()>,
     in_flight: Arc<Semaphore>,
     max_in_flight: usize,
@@ -199,6 +209,7 @@ impl Link {
             connect_timeout,
             current: Mutex::new(None),
             generation: Mutex::new(0),
+            tried: Mutex::new(Tried::default()),
             reconnect: tokio::sync::Mutex::new(()),
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
             max_in_flight,
@@ -217,45 +228,58 @@ impl Link {
             .cloned()
     }
 
-    /// How many connections this link has made.
-    fn made(&self) -> u64 {
-        *self
-            .generation
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn tried(&self) -> std::sync::MutexGuard<'_, Tried> {
+        self.tried.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Returns the live connection, making one if there is none.
+    /// Returns the live connection, making one if there is none, within the connect timeout
+    /// from the call: the time spent waiting for another command's connect counts.
     async fn connection(&self) -> Result<Current, Unavailable> {
         if let Some(current) = self.cached() {
             return Ok(current);
         }
-        // One reconnect at a time; the others wait for it and then use its connection.
-        let seen = self.made();
-        let _reconnecting = self.reconnect.lock().await;
+        let deadline = tokio::time::Instant::now() + self.connect_timeout;
+        let timed_out = || {
+            Unavailable::new(
+                UnavailableCause::ConnectTimeout,
+                format!("no connection within {:?}", self.connect_timeout),
+            )
+        };
+        // One connect at a time; the others wait for it and take its answer.
+        let seen = self.tried().count;
+        let Ok(_reconnecting) = tokio::time::timeout_at(deadline, self.reconnect.lock()).await
+        else {
+            return Err(timed_out());
+        };
         if let Some(current) = self.cached() {
             return Ok(current);
         }
-        if self.made() != seen {
-            // A connection was made while this command waited, and it has closed already: a
-            // server that accepts and then drops us. Connecting again at once would only
-            // repeat that for every waiter in turn, each after the last.
-            return Err(Unavailable::new(
-                UnavailableCause::NotConnected,
-                "the connection made while this command waited closed at once",
-            ));
-        }
-        let connect = self.connector.connect();
-        let connection = match tokio::time::timeout(self.connect_timeout, connect).await {
-            Ok(Ok(connection)) => connection,
-            Ok(Err(err)) => return Err(classify::connect_failure(&err)),
-            Err(_) => {
-                return Err(Unavailable::new(
-                    UnavailableCause::ConnectTimeout,
-                    format!("no connection within {:?}", self.connect_timeout),
-                ));
+        {
+            let tried = self.tried();
+            if tried.count != seen {
+                // A connect was tried while this command waited: it failed, or its connection
+                // has closed already (a server that accepts and then drops us). Trying again
+                // at once would only repeat that for every waiter in turn, each after the
+                // last, far past the timeout each was given.
+                return Err(tried.failed.clone().unwrap_or_else(|| {
+                    Unavailable::new(
+                        UnavailableCause::NotConnected,
+                        "the connection made while this command waited closed at once",
+                    )
+                }));
             }
+        }
+        let connected = match tokio::time::timeout_at(deadline, self.connector.connect()).await {
+            Ok(Ok(connection)) => Ok(connection),
+            Ok(Err(err)) => Err(classify::connect_failure(&err)),
+            Err(_) => Err(timed_out()),
         };
+        {
+            let mut tried = self.tried();
+            tried.count += 1;
+            tried.failed = connected.as_ref().err().cloned();
+        }
+        let connection = connected?;
         if !self.eviction_checked.swap(true, Ordering::Relaxed) {
             // Once per backend, on its first connection: a policy that can evict leases is
             // worth a warning before the first lease, not after the first loss.

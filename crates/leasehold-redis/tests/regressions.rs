@@ -236,6 +236,57 @@ async fn a_dropped_acquire_resent_after_noscript_leaves_no_grant() {
     }
 }
 
+/// Issue 34: while a server stalls, the commands waiting for a new connection used to try the
+/// connect in turn, each after the last had timed out (one call took 6 s against a 1 s connect
+/// timeout and a 0.2 s command timeout). Each now waits for the connect under way at most and
+/// takes its answer: every call ends within its own timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_waiting_on_a_stalled_reconnect_finish_within_their_own_bound() {
+    let server = RedisServer::start();
+    let connect_timeout = Duration::from_millis(300);
+    let settings = RedisSettings::default()
+        .with_connect_timeout(connect_timeout)
+        .expect("valid timeout");
+    let client = client_with(&server, settings.clone());
+    client.backend().warm_up().await.expect("warm up");
+    // The connection is closed, and the server then stops answering: connects are accepted
+    // by the kernel and never answered.
+    server.cmd(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    let paused = server.pause();
+    let req = request(&client, "stalled", "op", Duration::from_secs(5));
+    // Whatever the first call meets (the closed connection, or a connect that times out), the
+    // next ones must reconnect.
+    let _ = client.inspect(req.purpose(), req.resource(), None).await;
+    let bound = connect_timeout + settings.command_timeout();
+    let calls: Vec<_> = (0..64)
+        .map(|_| {
+            let client = client.clone();
+            let req = req.clone();
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let outcome = client.inspect(req.purpose(), req.resource(), None).await;
+                (started.elapsed(), outcome)
+            })
+        })
+        .collect();
+    let mut slowest = Duration::ZERO;
+    for call in calls {
+        let (took, outcome) = call.await.expect("the call ran");
+        assert!(
+            matches!(outcome, InspectOutcome::Unavailable(_)),
+            "nothing can be read from a stopped server: {outcome:?}"
+        );
+        slowest = slowest.max(took);
+    }
+    paused.resume();
+    // A margin for a loaded machine; the defect took 64 connect timeouts (19 s) for the last.
+    assert!(
+        slowest < bound + Duration::from_secs(1),
+        "the slowest of 64 calls took {slowest:?}, beyond its {bound:?} of timeouts"
+    );
+    eprintln!("64 calls on a stalled reconnect: the slowest took {slowest:?} (bound {bound:?})");
+}
+
 /// After warm-up every operation is exactly one round trip: one EVALSHA, nothing else.
 #[tokio::test]
 async fn every_operation_is_one_round_trip_after_warm_up() {
