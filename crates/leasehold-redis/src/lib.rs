@@ -79,6 +79,7 @@ mod link;
 mod notices;
 mod renewals;
 mod scripts;
+mod sentinels;
 pub mod settings;
 mod telemetry;
 #[cfg(test)]

@@ -14,7 +14,10 @@
 //!
 //! Behind Sentinel the connection goes to the master the Sentinels name at connect time; a
 //! lost connection, a `READONLY` reply (a demoted master) or a response timeout (a stalled
-//! one) drops it, so the next command asks the Sentinels again.
+//! one) drops it, so the next command asks the Sentinels again. And since a replaced master
+//! keeps answering until it is demoted, every command's answer is checked against the master
+//! the Sentinels name while it runs (`sentinels.rs`): one that came from another is not
+//! trusted, and the command is sent again to the named master.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,6 +34,7 @@ use tokio::sync::Semaphore;
 use crate::classify::{self, Classified, QueryError};
 use crate::direct::{self, DirectConnection};
 use crate::scripts::{LeaseScript, ScriptCall};
+use crate::sentinels::{MasterAddr, Sentinels};
 use crate::settings::ReplicationGate;
 use crate::telemetry::InFlight;
 
@@ -49,6 +53,8 @@ pub(crate) enum Connector {
     /// The master a set of Sentinels names, asked again for every new connection.
     Sentinel {
         sentinel: Arc<tokio::sync::Mutex<SentinelClient>>,
+        /// The same Sentinels, asked which master they name beside every command.
+        sentinels: Arc<Sentinels>,
         config: AsyncConnectionConfig,
         /// As for [`Connector::Single`].
         response_timeout: Duration,
@@ -56,25 +62,50 @@ pub(crate) enum Connector {
 }
 
 impl Connector {
-    async fn connect(&self) -> RedisResult<Connection> {
+    /// Makes a connection, and says which master it reached when Sentinels named it.
+    async fn connect(&self) -> Result<(Connection, Option<Arc<MasterAddr>>), Unavailable> {
+        let failed = |err: redis::RedisError| classify::connect_failure(&err);
         match self {
             Connector::Single {
                 client,
                 config,
                 response_timeout,
-            } => one_server(client, config, *response_timeout).await,
-            Connector::Cluster(client) => {
-                client.get_async_connection().await.map(Connection::Cluster)
-            }
+            } => one_server(client, config, *response_timeout)
+                .await
+                .map(|connection| (connection, None))
+                .map_err(failed),
+            Connector::Cluster(client) => client
+                .get_async_connection()
+                .await
+                .map(|connection| (Connection::Cluster(connection), None))
+                .map_err(failed),
             Connector::Sentinel {
                 sentinel,
+                sentinels,
                 config,
                 response_timeout,
             } => {
                 // redis-rs asks the Sentinels for the master and checks with ROLE that the
-                // node agrees before we connect to it.
-                let client = sentinel.lock().await.async_get_client().await?;
-                one_server(&client, config, *response_timeout).await
+                // node agrees; it reads `SENTINEL MASTERS`, which names the promoted replica
+                // only once a failover ends. The commands are checked against the master that
+                // `GET-MASTER-ADDR-BY-NAME` names, which changes as soon as one is promoted:
+                // the connection goes there, with redis-rs's credentials, database and TLS.
+                let (client, named) = tokio::join!(
+                    async { sentinel.lock().await.async_get_client().await },
+                    sentinels.named()
+                );
+                let (client, named) = (client.map_err(failed)?, named?);
+                let client =
+                    if MasterAddr::of(client.get_connection_info()).as_ref() == Some(&named) {
+                        client
+                    } else {
+                        redis::Client::open(named.applied_to(client.get_connection_info()))
+                            .map_err(failed)?
+                    };
+                one_server(&client, config, *response_timeout)
+                    .await
+                    .map(|connection| (connection, Some(Arc::new(named))))
+                    .map_err(failed)
             }
         }
     }
@@ -156,6 +187,23 @@ impl Connection {
     }
 }
 
+/// A command that ran on a master the Sentinels no longer name, and could not be confirmed on
+/// the one they name.
+fn master_replaced(detail: &str) -> Failure {
+    Failure::Indeterminate(leasehold::Indeterminate::new(
+        IndeterminateCause::MasterReplaced,
+        format!("the command ran on a replaced master: {detail}"),
+    ))
+}
+
+/// A command that ran while no Sentinel could say which master is the one.
+fn master_unconfirmed(why: &Unavailable) -> Failure {
+    Failure::Indeterminate(leasehold::Indeterminate::new(
+        IndeterminateCause::MasterUnconfirmed,
+        format!("the Sentinels did not confirm the master: {}", why.detail),
+    ))
+}
+
 /// Turns an error reply into an error.
 fn server_error(value: Value) -> RedisResult<Value> {
     match value {
@@ -176,6 +224,8 @@ struct Tried {
 struct Current {
     generation: u64,
     connection: Connection,
+    /// The master it reached, as the Sentinels named it (Sentinel deployments only).
+    master: Option<Arc<MasterAddr>>,
 }
 
 pub(crate) struct Link {
@@ -270,8 +320,7 @@ impl Link {
             }
         }
         let connected = match tokio::time::timeout_at(deadline, self.connector.connect()).await {
-            Ok(Ok(connection)) => Ok(connection),
-            Ok(Err(err)) => Err(classify::connect_failure(&err)),
+            Ok(connected) => connected,
             Err(_) => Err(timed_out()),
         };
         {
@@ -279,7 +328,7 @@ impl Link {
             tried.count += 1;
             tried.failed = connected.as_ref().err().cloned();
         }
-        let connection = connected?;
+        let (connection, master) = connected?;
         if !self.eviction_checked.swap(true, Ordering::Relaxed) {
             // Once per backend, on its first connection: a policy that can evict leases is
             // worth a warning before the first lease, not after the first loss.
@@ -302,6 +351,7 @@ impl Link {
         let current = Current {
             generation,
             connection,
+            master,
         };
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(current.clone());
         Ok(current)
@@ -411,16 +461,63 @@ impl Link {
             .map_err(|_| Failure::Overloaded)?;
         let _counted = InFlight::start();
         let mut current = self.connection().await.map_err(Failure::Unavailable)?;
+        let Connector::Sentinel { sentinels, .. } = &self.connector else {
+            return self.eval_on(&mut current, call, gate).await;
+        };
+        let (replied, named) =
+            tokio::join!(self.eval_on(&mut current, call, gate), sentinels.named());
+        // A failure is the command's own answer, whichever master it met.
+        let replied = replied?;
+        let named = named.map_err(|u| master_unconfirmed(&u))?;
+        if current.master.as_deref() == Some(&named) {
+            return Ok(replied);
+        }
+        // It ran on a master the Sentinels no longer name: a replaced one, which answers until
+        // it is demoted and whose writes the new master never sees. Its answer says nothing of
+        // the master that now decides. The command goes again to the named one, whose answer
+        // stands: every lease command can be sent twice for the same attempt (an acquire
+        // replays, a renewal or release acts on the exact grant).
+        tracing::warn!(
+            was = %current.master.as_deref().map_or_else(String::new, ToString::to_string),
+            named = %named,
+            "the master was replaced; sending the command to the one the Sentinels name"
+        );
+        self.forget(current.generation);
+        let mut current = self
+            .connection()
+            .await
+            .map_err(|u| master_replaced(&u.detail))?;
+        let (replied, again) =
+            tokio::join!(self.eval_on(&mut current, call, gate), sentinels.named());
+        let replied = replied?;
+        match again {
+            Ok(again) if current.master.as_deref() == Some(&again) => Ok(replied),
+            Ok(again) => {
+                self.forget(current.generation);
+                Err(master_replaced(&format!("the Sentinels now name {again}")))
+            }
+            Err(u) => Err(master_unconfirmed(&u)),
+        }
+    }
+
+    /// Runs `call` on `current` by EVALSHA (then `WAIT` when `gate` is given), loading the
+    /// script and sending it again once after a NOSCRIPT.
+    async fn eval_on<C: ScriptCall>(
+        &self,
+        current: &mut Current,
+        call: &C,
+        gate: Option<ReplicationGate>,
+    ) -> Result<(Value, Option<u32>), Failure> {
         let script = C::script();
         let evalsha = call.evalsha();
-        match self.send_script(&mut current, &evalsha, gate).await {
+        match self.send_script(current, &evalsha, gate).await {
             Err(Classified::NoScript) => {}
             replied => return replied.map_err(Failure::from),
         }
         tracing::debug!(script = script.name, "NOSCRIPT: loading the script again");
         let mut load = redis::cmd("SCRIPT");
         load.arg("LOAD").arg(script.source);
-        if let Err(failed) = self.send(&mut current, &load).await {
+        if let Err(failed) = self.send(current, &load).await {
             // The lease command has not run: the first EVALSHA was refused with NOSCRIPT and
             // the second was never sent. Whatever went wrong with the load, nothing applied.
             let detail = match failed {
@@ -433,7 +530,7 @@ impl Link {
                 format!("loading the {} script failed: {detail}", script.name),
             )));
         }
-        match self.send_script(&mut current, &evalsha, gate).await {
+        match self.send_script(current, &evalsha, gate).await {
             Err(Classified::NoScript) => Err(Failure::Unavailable(Unavailable::new(
                 UnavailableCause::ScriptMissing,
                 format!(

@@ -125,7 +125,12 @@ impl RedisBackend {
     /// Every new connection asks the Sentinels for the current master (and checks with `ROLE`
     /// that it agrees). A connection is dropped after it is lost, after a `READONLY` reply (a
     /// demoted master) or after a response timeout (a stalled one), so the command after a
-    /// failover reaches the new master. `node` carries the master's credentials or TLS
+    /// failover reaches the new master. Beside every lease command the Sentinels are asked
+    /// which master they name (`SENTINEL GET-MASTER-ADDR-BY-NAME`, the first that answers in
+    /// the order given): an answer from another master — a replaced one, which keeps answering
+    /// until it is demoted — does not count, and the command is sent again to the named one,
+    /// whose answer stands. With no Sentinel answering, the outcome is `Indeterminate`
+    /// (`MasterUnconfirmed`). `node` carries the master's credentials or TLS
     /// settings when they differ from none; the Sentinels' own go in their URLs.
     ///
     /// A failover can lose the writes the old master had not yet replicated: a lease may then
@@ -152,6 +157,13 @@ impl RedisBackend {
         );
         // `build` takes a `String` without redis's `tls-rustls` feature and `impl AsRef<str>`
         // with it; an owned `String` suits both.
+        let sentinels = crate::sentinels::Sentinels::new(
+            &infos,
+            service,
+            settings.connect_timeout(),
+            settings.command_timeout(),
+        )
+        .map_err(|e| invalid_url(&e))?;
         #[allow(clippy::unnecessary_to_owned)]
         let client = redis::sentinel::SentinelClient::build(
             infos,
@@ -167,6 +179,7 @@ impl RedisBackend {
         );
         let connector = link::Connector::Sentinel {
             sentinel,
+            sentinels: std::sync::Arc::new(sentinels),
             config: connection_config(&settings),
             response_timeout: settings.command_timeout(),
         };

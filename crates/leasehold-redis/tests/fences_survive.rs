@@ -251,7 +251,8 @@ async fn fences_rise_across_forced_failovers() {
 /// is taken through the client's connection, which still reaches the former master. That
 /// master accepts it and hands out a fence; its demotion then throws the write away, counter
 /// included. With a plain counter the next grant, on the promoted master, gets that same fence
-/// again.
+/// again. Since issue 34 the client does not take that master's answer: the Sentinels name
+/// another, so the acquire is sent again to the promoted one, and the grant it holds is there.
 #[tokio::test]
 async fn fences_rise_when_grants_land_on_a_master_being_replaced() {
     let started = Instant::now();
@@ -269,11 +270,16 @@ async fn fences_rise_when_grants_land_on_a_master_being_replaced() {
         let promoted = deployment.failover();
         let old = deployment.replica();
         let lease = grant(&client, resource, &format!("window-{round}")).await;
-        // Where it landed: on the former master (lost at its demotion) or, if the client had
-        // already moved, on the promoted one.
-        if holds(old, &key) == Some(true) && holds(promoted, &key) == Some(false) {
+        // The former master may have granted it too (lost at its demotion), if the client's
+        // connection still reached it; the grant the client took is the promoted one's.
+        if holds(old, &key) == Some(true) {
             in_window += 1;
         }
+        assert_eq!(
+            holds(promoted, &key),
+            Some(true),
+            "round {round}: the grant the client holds is not on the promoted master"
+        );
         fences.record(
             format!("round {round}, in the failover window"),
             lease.fence(),
@@ -285,7 +291,7 @@ async fn fences_rise_when_grants_land_on_a_master_being_replaced() {
     let lease = grant(&client, resource, "op-last").await;
     fences.record(format!("after round {}", n - 1), lease.fence());
     release(lease).await;
-    eprintln!("failover window: {in_window} of {n} grants landed on the former master");
+    eprintln!("failover window: the former master granted {in_window} of {n} acquires too");
     fences.check(&format!("{n} failovers, grants in the window"), started);
     // Otherwise this test would be the one above again.
     assert!(

@@ -132,6 +132,13 @@ pub enum IndeterminateCause {
     /// The primary applied the write, but fewer replicas than required confirmed it in time:
     /// a failover could still lose it. Replay (or renew again) to wait for them once more.
     NotReplicated,
+    /// The command ran on a server the Sentinels no longer name as master (one a failover
+    /// replaced, which answers until it is demoted), and the master they name could not be
+    /// asked in its place. What the replaced one applied does not count.
+    MasterReplaced,
+    /// No Sentinel answered while the command ran, so whether the server that answered was
+    /// still the master is not known.
+    MasterUnconfirmed,
 }
 
 /// A command whose outcome is unknown: it may or may not have been applied.
