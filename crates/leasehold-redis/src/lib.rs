@@ -94,7 +94,7 @@ pub use config::RedisConfig;
 pub use error::{Error, ErrorKind};
 pub use fenced::{FencedWrite, RecordName};
 pub use keys::KeyLayout;
-pub use settings::{RedisSettings, ReplicationGate};
+pub use settings::{RedisSettings, ReplicationGate, Transport};
 
 /// The README's examples compile as doctests.
 #[cfg(doctest)]

@@ -35,7 +35,7 @@ use crate::classify::{self, Classified, QueryError};
 use crate::direct::{self, DirectConnection};
 use crate::scripts::{LeaseScript, ScriptCall};
 use crate::sentinels::{MasterAddr, Sentinels};
-use crate::settings::ReplicationGate;
+use crate::settings::{ReplicationGate, Transport};
 use crate::telemetry::InFlight;
 
 /// Makes connections: to one server, or to a cluster.
@@ -47,6 +47,7 @@ pub(crate) enum Connector {
         config: AsyncConnectionConfig,
         /// How long a command waits for its reply (`config` holds it too, for redis-rs).
         response_timeout: Duration,
+        transport: Transport,
     },
     /// A cluster, from its seed nodes.
     Cluster(ClusterClient),
@@ -58,6 +59,7 @@ pub(crate) enum Connector {
         config: AsyncConnectionConfig,
         /// As for [`Connector::Single`].
         response_timeout: Duration,
+        transport: Transport,
     },
 }
 
@@ -70,7 +72,8 @@ impl Connector {
                 client,
                 config,
                 response_timeout,
-            } => one_server(client, config, *response_timeout)
+                transport,
+            } => one_server(client, config, *response_timeout, *transport)
                 .await
                 .map(|connection| (connection, None))
                 .map_err(failed),
@@ -84,6 +87,7 @@ impl Connector {
                 sentinels,
                 config,
                 response_timeout,
+                transport,
             } => {
                 // redis-rs asks the Sentinels for the master and checks with ROLE that the
                 // node agrees; it reads `SENTINEL MASTERS`, which names the promoted replica
@@ -102,7 +106,7 @@ impl Connector {
                         redis::Client::open(named.applied_to(client.get_connection_info()))
                             .map_err(failed)?
                     };
-                one_server(&client, config, *response_timeout)
+                one_server(&client, config, *response_timeout, *transport)
                     .await
                     .map(|connection| (connection, Some(Arc::new(named))))
                     .map_err(failed)
@@ -129,15 +133,17 @@ impl Connector {
     }
 }
 
-/// Connects to one server: directly where a [`DirectConnection`] can (plain TCP or a Unix
-/// socket, RESP2), through redis-rs's multiplexed connection otherwise (TLS, RESP3).
+/// Connects to one server: directly where `transport` asks for it and a [`DirectConnection`]
+/// can (plain TCP or a Unix socket, RESP2), through redis-rs's multiplexed connection
+/// otherwise (TLS, RESP3).
 async fn one_server(
     client: &redis::Client,
     config: &AsyncConnectionConfig,
     response_timeout: Duration,
+    transport: Transport,
 ) -> RedisResult<Connection> {
     let info = client.get_connection_info();
-    if direct::supports(info) {
+    if transport == Transport::Direct && direct::supports(info) {
         return DirectConnection::connect(info, response_timeout)
             .await
             .map(Connection::Direct);
@@ -792,6 +798,7 @@ mod tests {
             client: redis::Client::open(server.url()).unwrap(),
             config: AsyncConnectionConfig::new().set_response_timeout(Some(timeout)),
             response_timeout: timeout,
+            transport: Transport::Direct,
         };
         Link::new(connector, server.addr().to_string(), timeout, 16)
     }
@@ -848,6 +855,7 @@ mod tests {
                 client: redis::Client::open(format!("redis://{addr}")).unwrap(),
                 config: AsyncConnectionConfig::new(),
                 response_timeout: timeout,
+                transport: Transport::Direct,
             },
             addr.to_string(),
             timeout,

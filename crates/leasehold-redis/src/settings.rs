@@ -18,6 +18,48 @@ pub struct RedisSettings {
     max_in_flight: usize,
     replication: Option<ReplicationGate>,
     tls_root: Option<RootCertificates>,
+    transport: Transport,
+}
+
+/// How commands reach a standalone server or a Sentinel-named master (D49).
+///
+/// Both give the same outcomes for the same events, with one difference that only the direct
+/// connection can know: a command it refuses before writing a byte (the connection had closed,
+/// or too many commands wait for a stalled server) is not applied (`Unavailable`,
+/// `NotConnected`), where redis-rs reports the same refusal as a dropped connection and so as
+/// unknown. TLS, RESP3 and Clusters always go through redis-rs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Transport {
+    /// leasehold's own connection: each command is written by the task that sends it, one
+    /// reader task hands out the replies (plain TCP or a Unix socket, RESP2). The default.
+    #[default]
+    Direct,
+    /// redis-rs's multiplexed connection, whose own task writes every command.
+    RedisRs,
+}
+
+impl Transport {
+    /// The name a URL's `?transport=` takes: `direct` or `redis-rs`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Direct => "direct",
+            Transport::RedisRs => "redis-rs",
+        }
+    }
+
+    /// Reads a name [`as_str`](Self::as_str) gives.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidSetting`] for any other text.
+    pub fn parse(name: &str) -> Result<Self, Error> {
+        match name {
+            "direct" => Ok(Transport::Direct),
+            "redis-rs" => Ok(Transport::RedisRs),
+            _ => Err(invalid("transport must be direct or redis-rs".to_owned())),
+        }
+    }
 }
 
 /// PEM certificates a `rediss://` server's certificate must chain to, instead of the system's.
@@ -60,6 +102,7 @@ impl Default for RedisSettings {
             max_in_flight: 1024,
             replication: None,
             tls_root: None,
+            transport: Transport::Direct,
         }
     }
 }
@@ -239,6 +282,19 @@ impl RedisSettings {
         }
         self.tls_root = Some(RootCertificates(pem));
         Ok(self)
+    }
+
+    /// Sets how commands reach a standalone server or a Sentinel-named master: leasehold's
+    /// own connection ([`Transport::Direct`], the default) or redis-rs's multiplexed one. A
+    /// URL's `?transport=direct` or `?transport=redis-rs` sets it too.
+    pub fn with_transport(mut self, transport: Transport) -> Self {
+        self.transport = transport;
+        self
+    }
+
+    /// Returns the transport.
+    pub fn transport(&self) -> Transport {
+        self.transport
     }
 
     /// Returns the PEM root certificates set for TLS, if any.

@@ -25,7 +25,8 @@ impl RedisBackend {
     ///   [`open_cluster`](Self::open_cluster) reaches it, the credentials used on every node.
     ///
     /// A port left out is 6379 (26379 for a Sentinel). `valkey` may stand for `redis` in each
-    /// scheme.
+    /// scheme. `?transport=direct` or `?transport=redis-rs` in any of them sets
+    /// [`RedisSettings::with_transport`].
     ///
     /// # Errors
     ///
@@ -34,6 +35,10 @@ impl RedisBackend {
     /// [`Error::Unsupported`] for TLS without the `tls` feature, or what
     /// [`open_cluster`](Self::open_cluster) refuses.
     pub fn open(url: &str, settings: RedisSettings) -> Result<Self, Error> {
+        let settings = match crate::url::transport(url)? {
+            Some(transport) => settings.with_transport(transport),
+            None => settings,
+        };
         match crate::url::parse(url)? {
             crate::url::Topology::Standalone(url) => Self::open_standalone(&url, settings),
             crate::url::Topology::Cluster { seeds } => Self::open_cluster(&seeds, settings),
@@ -69,6 +74,7 @@ impl RedisBackend {
             client,
             config: connection_config(&settings),
             response_timeout: settings.command_timeout(),
+            transport: settings.transport(),
         };
         Ok(Self::from_parts(connector, notices, settings, endpoint))
     }
@@ -182,6 +188,7 @@ impl RedisBackend {
             sentinels: std::sync::Arc::new(sentinels),
             config: connection_config(&settings),
             response_timeout: settings.command_timeout(),
+            transport: settings.transport(),
         };
         Ok(Self::from_parts(connector, notices, settings, endpoint))
     }

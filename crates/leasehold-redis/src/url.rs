@@ -98,6 +98,29 @@ pub(crate) fn parse(url: &str) -> Result<Topology, Error> {
     }
 }
 
+/// The transport a URL's `?transport=direct` or `?transport=redis-rs` asks for, if it asks.
+///
+/// # Errors
+///
+/// [`Error::InvalidUrl`] for another value (not repeated: it is short, but could be a
+/// mistyped secret).
+pub(crate) fn transport(url: &str) -> Result<Option<crate::Transport>, Error> {
+    let Some((_, rest)) = url.split_once("://") else {
+        return Ok(None);
+    };
+    let parts = Parts::split(rest);
+    let Some(value) = parts
+        .query
+        .iter()
+        .find_map(|p| p.strip_prefix("transport="))
+    else {
+        return Ok(None);
+    };
+    crate::Transport::parse(value)
+        .map(Some)
+        .map_err(|_| invalid("its transport is neither direct nor redis-rs"))
+}
+
 #[derive(Clone, Copy)]
 enum Kind {
     Standalone,
@@ -360,6 +383,26 @@ mod tests {
             assert!(!reason.contains("hunter2"), "{url}: {reason}");
             assert!(!reason.contains(url), "{url}: {reason}");
         }
+    }
+
+    #[test]
+    fn a_transport_is_read_from_any_url() {
+        use crate::Transport;
+        assert_eq!(transport("redis://h:1").unwrap(), None);
+        assert_eq!(
+            transport("redis://h:1/2?transport=redis-rs").unwrap(),
+            Some(Transport::RedisRs)
+        );
+        assert_eq!(
+            transport("unix:///tmp/r.sock?db=1&transport=direct").unwrap(),
+            Some(Transport::Direct)
+        );
+        assert_eq!(
+            transport("redis+sentinel://u:p?w@h:1/svc?transport=redis-rs").unwrap(),
+            Some(Transport::RedisRs)
+        );
+        let refused = transport("redis://h:1?transport=tcp").unwrap_err();
+        assert!(!refused.to_string().contains("tcp"), "{refused}");
     }
 
     #[test]

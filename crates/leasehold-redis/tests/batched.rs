@@ -20,7 +20,7 @@ use leasehold_redis::leasehold::{
     AcquireOutcome, LeaseBackend, LeaseRequest, OperationId, Purpose, ReleaseOutcome,
     ResourceDigest, UnavailableCause, UnusableKey,
 };
-use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
+use leasehold_redis::{RedisBackend, RedisLeases};
 use test_support::RedisServer;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -259,7 +259,7 @@ async fn a_batch_refused_for_one_entrys_keys_is_sent_again_entry_by_entry() {
         "+@all",
     ]);
     let url = format!("redis://narrow:narrow-pass@127.0.0.1:{}", server.port());
-    let client = RedisBackend::open(&url, RedisSettings::default())
+    let client = RedisBackend::open(&url, common::settings())
         .expect("valid URL")
         .into_client();
     client.backend().warm_up().await.unwrap();

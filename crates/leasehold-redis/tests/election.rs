@@ -11,7 +11,7 @@ use common::client;
 use leasehold_redis::leasehold::{
     BootClock, Clock, Election, FenceToken, HolderName, Leader, LossReason, ReleaseOutcome,
 };
-use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
+use leasehold_redis::{RedisBackend, RedisLeases};
 use test_support::sentinel::SERVICE;
 use test_support::{Fault, FaultProxy, RedisCluster, RedisSentinel, RedisServer};
 use tokio::sync::watch;
@@ -205,7 +205,7 @@ async fn a_resigning_leader_is_replaced_through_the_notice_not_the_ttl() {
 async fn a_killed_leader_is_replaced_within_the_ttl_plus_a_bound() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr());
-    let doomed = RedisBackend::open(&proxy.url(), RedisSettings::default())
+    let doomed = RedisBackend::open(&proxy.url(), common::settings())
         .unwrap()
         .into_client();
     let survivor = client(&server);
@@ -369,7 +369,7 @@ async fn an_election_hands_off_and_is_observed_through_sentinel() {
             &deployment.sentinel_urls(),
             SERVICE,
             None,
-            RedisSettings::default(),
+            common::settings(),
         )
         .unwrap()
         .into_client()
@@ -381,7 +381,7 @@ async fn an_election_hands_off_and_is_observed_through_sentinel() {
 async fn an_election_hands_off_and_is_observed_on_a_cluster() {
     let cluster = RedisCluster::start(3);
     hand_off_and_observe(|| {
-        RedisBackend::open_cluster(&cluster.urls(), RedisSettings::default())
+        RedisBackend::open_cluster(&cluster.urls(), common::settings())
             .unwrap()
             .into_client()
     })
@@ -391,7 +391,7 @@ async fn an_election_hands_off_and_is_observed_on_a_cluster() {
 #[tokio::test]
 async fn a_campaign_with_a_ttl_the_watchdog_cannot_keep_is_refused_before_any_io() {
     // Nothing listens on this port: a refusal that reached for the server would say so.
-    let client = RedisBackend::open("redis://127.0.0.1:1", RedisSettings::default())
+    let client = RedisBackend::open("redis://127.0.0.1:1", common::settings())
         .unwrap()
         .into_client();
     let refused = election(&client, Duration::from_millis(5))

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::{client, request};
 use leasehold_redis::leasehold::{AcquireOutcome, FenceToken, LeaseHandle, ReleaseOutcome};
-use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
+use leasehold_redis::{RedisBackend, RedisLeases};
 use test_support::{RedisSentinel, RedisServer, Reply, sentinel::SERVICE};
 
 /// Long enough to outlive a retry loop; a grant whose release was not confirmed blocks the
@@ -173,7 +173,7 @@ async fn fences_rise_across_a_flushall() {
 /// A Sentinel client with no replication gate: a grant is acknowledged as soon as the master
 /// applied it, so a failover can lose it.
 fn ungated_sentinel_client(deployment: &RedisSentinel) -> RedisLeases {
-    let settings = RedisSettings::default()
+    let settings = common::settings()
         .with_command_timeout(Duration::from_secs(1))
         .expect("valid timeout");
     RedisBackend::open_sentinel(&deployment.sentinel_urls(), SERVICE, None, settings)

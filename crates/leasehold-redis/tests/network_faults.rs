@@ -10,13 +10,13 @@ use common::request;
 use leasehold_redis::leasehold::{
     Abandoned, AcquireOutcome, Failure, IndeterminateCause, LeaseState, RenewOutcome,
 };
-use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
+use leasehold_redis::{RedisBackend, RedisLeases};
 use test_support::{Fault, FaultProxy, RedisServer};
 
 const TTL: Duration = Duration::from_secs(30);
 
 fn through(proxy: &FaultProxy) -> RedisLeases {
-    RedisBackend::open(&proxy.url(), RedisSettings::default())
+    RedisBackend::open(&proxy.url(), common::settings())
         .expect("valid URL")
         .into_client()
 }

@@ -12,7 +12,7 @@ use leasehold_redis::leasehold::{
     BootClock, Clock, ErrorKind, LockError, LossReason, Purpose, ReleaseOutcome, ResourceDigest,
     RunError,
 };
-use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
+use leasehold_redis::{RedisBackend, RedisLeases};
 use test_support::{Fault, FaultProxy, RedisServer};
 
 /// The key a `lock(name)` with the default purpose lands on.
@@ -156,7 +156,7 @@ async fn a_second_lock_is_contended_then_waits_for_the_release_notice() {
 async fn an_unknown_acquire_inside_the_wait_is_resolved_by_a_replay_with_one_grant() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr());
-    let client = RedisBackend::open(&proxy.url(), RedisSettings::default())
+    let client = RedisBackend::open(&proxy.url(), common::settings())
         .expect("valid URL")
         .into_client();
     client.backend().warm_up().await.expect("warm-up");

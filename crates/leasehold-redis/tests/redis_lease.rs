@@ -473,10 +473,9 @@ async fn a_database_the_server_does_not_have_is_named_as_such() {
     let server = RedisServer::start();
     // Redis has 16 databases unless configured otherwise.
     let url = format!("{}/99", server.url().trim_end_matches('/'));
-    let client =
-        leasehold_redis::RedisBackend::open(&url, leasehold_redis::RedisSettings::default())
-            .expect("parses: only the server knows how many databases it has")
-            .into_client();
+    let client = leasehold_redis::RedisBackend::open(&url, common::settings())
+        .expect("parses: only the server knows how many databases it has")
+        .into_client();
     match client
         .try_acquire(&request(&client, "orders/1", "op-a", TTL))
         .await

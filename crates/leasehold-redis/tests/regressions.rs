@@ -5,12 +5,12 @@ mod common;
 use std::time::Duration;
 
 use common::{client, client_commands, client_with, delta, lease_key, pttl, request};
+use leasehold_redis::RedisBackend;
 use leasehold_redis::leasehold::{
     AcquireOutcome, BootClock, Clock, DriftBudget, ErrorKind, FenceToken, IndeterminateCause,
     InspectOutcome, LeaseRequest, LeaseState, LossCause, OperationId, Purpose, ReleaseOutcome,
     RenewOutcome, ResourceDigest, UnavailableCause, UnusableKey,
 };
-use leasehold_redis::{RedisBackend, RedisSettings};
 use test_support::{Fault, FaultProxy, RedisServer, Reply};
 
 /// Defect 3: a replay used to be granted the full TTL again.
@@ -141,7 +141,7 @@ async fn noscript_after_script_flush_recovers() {
 async fn a_dropped_acquire_resent_after_noscript_leaves_no_grant() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr());
-    let settings = RedisSettings::default()
+    let settings = common::settings()
         .with_command_timeout(Duration::from_secs(10))
         .expect("valid timeout");
     let client = RedisBackend::open(&proxy.url(), settings)
@@ -244,7 +244,7 @@ async fn a_dropped_acquire_resent_after_noscript_leaves_no_grant() {
 async fn callers_waiting_on_a_stalled_reconnect_finish_within_their_own_bound() {
     let server = RedisServer::start();
     let connect_timeout = Duration::from_millis(300);
-    let settings = RedisSettings::default()
+    let settings = common::settings()
         .with_connect_timeout(connect_timeout)
         .expect("valid timeout");
     let client = client_with(&server, settings.clone());
@@ -397,7 +397,7 @@ async fn loop_until_replayed(
 #[tokio::test]
 async fn the_in_flight_limit_gives_overloaded() {
     let server = RedisServer::start();
-    let settings = RedisSettings::default().with_max_in_flight(1).unwrap();
+    let settings = common::settings().with_max_in_flight(1).unwrap();
     let client = client_with(&server, settings);
     client.backend().warm_up().await.expect("warm up");
     let first = request(&client, "busy", "op-a", Duration::from_secs(5));
@@ -482,7 +482,7 @@ async fn missing_permissions_are_unavailable_and_the_password_stays_secret() {
         "-evalsha",
     ]);
     let url = format!("redis://limited:s3cret-pw@127.0.0.1:{}", server.port());
-    let backend = RedisBackend::open(&url, RedisSettings::default()).unwrap();
+    let backend = RedisBackend::open(&url, common::settings()).unwrap();
     assert!(!format!("{backend:?}").contains("s3cret-pw"));
     let client = backend.into_client();
     let req = request(&client, "perm", "op-a", Duration::from_secs(5));
@@ -494,7 +494,7 @@ async fn missing_permissions_are_unavailable_and_the_password_stays_secret() {
         other => panic!("expected Unavailable(NoPermission), got {other:?}"),
     }
     let wrong = format!("redis://limited:wrong-pw@127.0.0.1:{}", server.port());
-    let client = RedisBackend::open(&wrong, RedisSettings::default())
+    let client = RedisBackend::open(&wrong, common::settings())
         .unwrap()
         .into_client();
     match client.try_acquire(&req).await {

@@ -11,7 +11,7 @@ use leasehold_redis::leasehold::{
     AcquireOutcome, IndeterminateCause, LeaseHandle, LeaseRequest, LeaseState, ReleaseOutcome,
     RenewOutcome,
 };
-use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
+use leasehold_redis::{RedisBackend, RedisLeases};
 use test_support::{RedisSentinel, Reply, sentinel::SERVICE};
 
 /// Long enough to outlive a failover on a loaded machine: these tests are about routing, and a
@@ -23,7 +23,7 @@ fn sentinel_client(deployment: &RedisSentinel) -> RedisLeases {
         &deployment.sentinel_urls(),
         SERVICE,
         None,
-        RedisSettings::default(),
+        common::settings(),
     )
     .expect("valid sentinel URLs")
     .into_client()
@@ -140,14 +140,10 @@ async fn a_stalled_master_is_left_for_the_promoted_one() {
 #[test]
 fn sentinel_needs_an_address_and_parsable_urls() {
     let none: [&str; 0] = [];
-    assert!(RedisBackend::open_sentinel(&none, SERVICE, None, RedisSettings::default()).is_err());
-    let err = RedisBackend::open_sentinel(
-        &["redis://:secret@[bad"],
-        SERVICE,
-        None,
-        RedisSettings::default(),
-    )
-    .expect_err("bad URL");
+    assert!(RedisBackend::open_sentinel(&none, SERVICE, None, common::settings()).is_err());
+    let err =
+        RedisBackend::open_sentinel(&["redis://:secret@[bad"], SERVICE, None, common::settings())
+            .expect_err("bad URL");
     assert!(!err.to_string().contains("secret"), "{err}");
 }
 
@@ -200,7 +196,7 @@ async fn release_notices_still_hand_off_after_a_failover() {
 
 /// A client whose grants and renewals wait for one replica (up to 200 ms of a 1 s command).
 fn gated_client(deployment: &RedisSentinel) -> RedisLeases {
-    let settings = RedisSettings::default()
+    let settings = common::settings()
         .with_command_timeout(Duration::from_secs(1))
         .unwrap()
         .with_replication(1, Duration::from_millis(200))
@@ -284,7 +280,7 @@ async fn one_url_names_the_sentinels_and_the_service() {
         .collect();
     // A second, unreachable Sentinel first: the next one on the list is asked.
     let url = format!("redis+sentinel://127.0.0.1:1,{}/{SERVICE}", hosts.join(","));
-    let client = RedisBackend::open(&url, RedisSettings::default())
+    let client = RedisBackend::open(&url, common::settings())
         .expect("a Sentinel URL")
         .into_client();
     let (holder, lease) = hold(&client, "one-url").await;
@@ -295,7 +291,7 @@ async fn one_url_names_the_sentinels_and_the_service() {
     // A service the Sentinels do not know is not a master: nothing is granted.
     let unknown = RedisBackend::open(
         &format!("redis+sentinel://{}/no-such-service", hosts.join(",")),
-        RedisSettings::default(),
+        common::settings(),
     )
     .expect("parses")
     .into_client();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use leasehold_redis::leasehold::{
     AcquireOutcome, LeaseHandle, LeaseRequest, OperationId, Purpose, ReleaseOutcome, ResourceDigest,
 };
-use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
+use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings, Transport};
 
 /// A parked waiter: its outcome and the instant it returned.
 pub type Waiting = tokio::task::JoinHandle<(AcquireOutcome<RedisBackend>, Instant)>;
@@ -32,8 +32,25 @@ pub async fn release_and_expect_hand_off(
 }
 use test_support::{RedisServer, Reply};
 
+/// The transport the suites run on (D49): `LEASEHOLD_TEST_TRANSPORT`, `direct` (the default)
+/// or `redis-rs`. `make test` runs the fault, regression, cancellation and Sentinel suites on
+/// both.
+pub fn transport() -> Transport {
+    match std::env::var("LEASEHOLD_TEST_TRANSPORT") {
+        Err(_) => Transport::Direct,
+        Ok(name) => Transport::parse(&name)
+            .unwrap_or_else(|_| panic!("LEASEHOLD_TEST_TRANSPORT={name:?}: direct or redis-rs")),
+    }
+}
+
+/// The default settings, on the suite's transport.
+pub fn settings() -> RedisSettings {
+    RedisSettings::default().with_transport(transport())
+}
+
+/// A client of `server` with `settings`, on the suite's transport.
 pub fn client_with(server: &RedisServer, settings: RedisSettings) -> RedisLeases {
-    RedisBackend::open(&server.url(), settings)
+    RedisBackend::open(&server.url(), settings.with_transport(transport()))
         .expect("valid URL")
         .into_client()
 }
@@ -67,8 +84,8 @@ pub fn lease_key(client: &RedisLeases, request: &LeaseRequest) -> String {
 
 /// Commands the lease scripts run *inside* EVALSHA; INFO commandstats counts them too.
 pub const SCRIPT_INTERNAL: &[&str] = &[
-    "get", "set", "incr", "time", "pttl", "pexpire", "del", "publish", "spublish", "hget", "hset",
-    "append",
+    "get", "getrange", "strlen", "exists", "set", "incr", "time", "pttl", "pexpire", "del",
+    "publish", "spublish", "hget", "hset", "append",
 ];
 
 /// Calls per command between two commandstats snapshots, leaving out INFO itself.
