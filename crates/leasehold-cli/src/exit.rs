@@ -96,9 +96,10 @@ Exit status of `run`:
            stopped; or the command finished but the release found the lease already gone
            (expired, deleted, evicted, lost in a restart) or held by another grant: its work
            may not have been covered by the lease
-  65       a key the lease needs holds something leasehold cannot use (a hash or a list at
-           the lease key, a fence counter that is not a fence or is at 2^63-1); nothing was
-           written and the command was not started
+  65       a key the lease needs holds something leasehold cannot use (a hash, a list or a
+           string leasehold did not write, of any size, at the lease key; a fence counter that
+           is not a fence or is at 2^63-1); nothing was written and the command was not
+           started
   126      the command could not be executed
   127      the command was not found
   2        usage error: a bad flag, variable, duration or URL, nothing sent; or a database

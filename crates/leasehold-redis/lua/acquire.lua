@@ -40,6 +40,14 @@
 --
 --   "<fence>:<owner token>:<operation id>\n<hold until>\n<holder name>\n"
 --
+-- which is the longest form: at most 332 bytes (LONGEST below), from the documented limits —
+-- a fence of at most 19 digits, an owner token of 32 (24 bytes in Base64URL; a released
+-- record's "~" and 16 hex digits are shorter), an operation id and a holder name of at most
+-- 128 bytes each, a hold's end of at most 20 digits, and 5 separators. Every script that
+-- reads a lease key reads no more of it than LONGEST + 1 bytes (GETRANGE), and refuses a
+-- longer value unread, in the same time whatever its size: a value that long is not
+-- leasehold's, and reading all of it (10 MB, say) took longer than a command's timeout.
+--
 -- (appended with APPEND, which keeps the TTL: "\n\n\n" to a value of the first form, "\n" to
 -- one of the second). release.lua announces the release of a marked grant only: a grant that
 -- nobody waited for is deleted without a PUBLISH, which would cost every release a command
@@ -57,10 +65,12 @@
 -- failover restarts above every fence issued before, as long as the clock of the server that
 -- grants now is not behind the one that granted then by more than the time in between.
 --
--- Nothing is changed when a key cannot be used: the lease key or the counter holds another
--- type, or the counter holds something that is not a fence or is at the top of the range
--- (such a counter is read by moving it, and put back in the same script: its value stays,
--- a TTL someone set on it does not).
+-- Nothing is changed when a key cannot be used: the lease key holds another type, or a
+-- string leasehold did not write (longer than LONGEST, or not of a form above, whatever its
+-- length); or the counter holds another type, or something that is not a fence or is at the
+-- top of the range. A counter longer than any fence is refused by its length (STRLEN),
+-- unread; a shorter one is read by moving it, and put back in the same script: its value
+-- stays, a TTL someone set on it does not.
 --
 -- Replies (fence is a decimal string, pttl an integer; holder is the first 16 hex digits of
 -- SHA-1 of the holder's token, or "" when the stored value is not ours; name is the holder
@@ -76,11 +86,15 @@
 --                             the grant is marked
 --   {0, fence, pttl, holder, name, released}
 --                             contended: another owner holds it (the grant is marked), or a
---                             released grant's hold keeps it (fence "0", holder "":
---                             unreadable value, left as it is)
---   {-2, what}                nothing written: what is "lease-type", "counter-type",
---                             "counter-value" or "fence-range"
+--                             released grant's hold keeps it
+--   {-2, what}                nothing written: what is "lease-type" (another type at the lease
+--                             key), "lease-value" (a string leasehold did not write there, of
+--                             any length, left as it is), "counter-type", "counter-value" or
+--                             "fence-range"
 local TOP = '9223372036854775807'
+-- The longest value a lease stores, in bytes (see above), as a number and as GETRANGE's end:
+-- GETRANGE 0 LONGEST reads one byte more than a lease's value can hold.
+local LONGEST, LONGEST_TEXT = 332, '332'
 
 -- No helper functions: the body of a script runs anew on every call, and each function it
 -- defines is a closure made and collected each time, which costs the server more than the
@@ -104,10 +118,22 @@ for i = 1, n do
   end
   local reply
   repeat
-    -- A GET that reports a key of another type (a table, looked at below) instead of raising
-    -- WRONGTYPE.
-    local current = redis.pcall('GET', lease_key)
-    if not current then
+    -- PTTL tells an absent key (-2) from one that is there, of any type and size, without
+    -- reading it: the value is read below only when there is one, and never more of it than
+    -- a lease's value can hold.
+    local pttl = redis.call('PTTL', lease_key)
+    if pttl == -2 then
+      -- The counter's length first (STRLEN reads no value; a key of another type makes it fail,
+      -- a table from pcall): one longer than any fence is refused without being read.
+      local size = redis.pcall('STRLEN', counter_key)
+      if type(size) == 'table' then
+        reply = {-2, 'counter-type'}
+        break
+      end
+      if size > #TOP then
+        reply = {-2, 'counter-value'}
+        break
+      end
       time = time or redis.call('TIME')
       local us = time[2]
       if #us < 6 then
@@ -116,15 +142,9 @@ for i = 1, n do
       local now = time[1] .. us
       -- One call reads the counter and moves it to the clock, which is the new fence unless
       -- the counter is already there or beyond (two grants in one microsecond, a clock stepped
-      -- back): then the counter's successor is, set below. A counter of another type makes
-      -- SET ... GET fail without setting anything (pcall answers a table); one that is not a
-      -- fence is put back as it was.
-      local counter = redis.pcall('SET', counter_key, now, 'GET')
-      if type(counter) == 'table' then
-        reply = {-2, 'counter-type'}
-        break
-      end
-      counter = counter or '0'
+      -- back): then the counter's successor is, set below. It is a string (or absent) of at
+      -- most 19 bytes, as STRLEN found; one that is not a fence is put back as it was.
+      local counter = redis.call('SET', counter_key, now, 'GET') or '0'
       if counter ~= '0'
         and (not string.find(counter, '^[1-9]%d*$')
           or #counter > #TOP or (#counter == #TOP and counter > TOP)) then
@@ -171,11 +191,17 @@ for i = 1, n do
       reply = fence
       break
     end
+    -- Never more than LONGEST + 1 bytes of it (GETRANGE, which fails on another type: a
+    -- table from pcall); a longer value is refused unread.
+    local current = redis.pcall('GETRANGE', lease_key, '0', LONGEST_TEXT)
     if type(current) == 'table' then
       reply = {-2, 'lease-type'}
       break
     end
-    local pttl = redis.call('PTTL', lease_key)
+    if #current > LONGEST then
+      reply = {-2, 'lease-value'}
+      break
+    end
     -- The grant is what comes before the first newline; the name follows the second, and a
     -- third ends a marked value. `mark` is what marks this value: nil when it is marked
     -- already, or not of a form this script writes (it is left as it is).
@@ -190,7 +216,8 @@ for i = 1, n do
     end
     local fence, token, operation = string.match(grant, '^(%d+):([^:]+):(.*)$')
     if not fence then
-      reply = {0, '0', pttl, '', '', 0}
+      -- Not a lease's value (an empty string, a word, a number): left as it is.
+      reply = {-2, 'lease-value'}
       break
     end
     if string.sub(token, 1, 1) == '~' then

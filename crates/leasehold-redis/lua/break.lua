@@ -10,21 +10,34 @@
 -- removal is always announced (a release only when someone was refused the grant: see
 -- acquire.lua), so that any waiter tries at once.
 --
+-- Only a lease is removed: a grant, or a record kept after release (acquire.lua describes
+-- every form of the value). Something leasehold did not write is left alone, as acquire.lua
+-- leaves it: a value of another type, or a string longer than any lease's value (LONGEST, as
+-- in acquire.lua; no more of the key than that and one byte is read, whatever its size) or not
+-- of a lease's form.
+--
 -- Replies (as inspect.lua's, for what was removed):
 --   {0}                         nothing to remove: the key is absent
 --   {2, fence, pttl, holder, name, released}
---                               removed; fence "0", holder "": an unreadable value (removed
---                               too: it could never be renewed or released)
---   {-2, what}                  the lease key holds another type ("lease-type"): left alone
-local current = redis.pcall('GET', KEYS[1])
+--                               removed
+--   {-2, what}                  nothing removed: the lease key holds another type
+--                               ("lease-type") or a string leasehold did not write
+--                               ("lease-value"), left alone
+-- The longest value a lease stores, in bytes (acquire.lua), and GETRANGE's end for it.
+local LONGEST, LONGEST_TEXT = 332, '332'
+
+-- PTTL tells an absent key (-2) from one that is there, of any type and size, unread.
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl == -2 then
+  return {0}
+end
+local current = redis.pcall('GETRANGE', KEYS[1], '0', LONGEST_TEXT)
 if type(current) == 'table' then
   return {-2, 'lease-type'}
 end
-if not current then
-  return {0}
+if #current > LONGEST then
+  return {-2, 'lease-value'}
 end
-local pttl = redis.call('PTTL', KEYS[1])
-redis.call('DEL', KEYS[1])
 -- The grant is what comes before the first newline; the name follows the second (a third
 -- newline, last, is a mark: see acquire.lua).
 local grant, name = string.match(current, '^([^\n]*)\n%d*\n([^\n]*)\n?$')
@@ -32,10 +45,12 @@ if not grant then
   grant, name = current, ''
 end
 local fence, token = string.match(grant, '^(%d+):([^:]+):')
-local reply
 if not fence then
-  fence, reply = '0', {2, '0', pttl, '', '', 0}
-elseif string.sub(token, 1, 1) == '~' then
+  return {-2, 'lease-value'}
+end
+redis.call('DEL', KEYS[1])
+local reply
+if string.sub(token, 1, 1) == '~' then
   reply = {2, fence, pttl, string.sub(token, 2), name, 1}
 else
   reply = {2, fence, pttl, string.sub(redis.sha1hex(token), 1, 16), name, 0}

@@ -16,7 +16,9 @@
 -- and the reply is a table of n integers, in order.
 --
 -- Releases only the exact grant, which is the stored value up to its first newline
--- (acquire.lua describes every form of the value). The fence counter is never deleted.
+-- (acquire.lua describes every form of the value); a string longer than any lease's value
+-- (LONGEST, as in acquire.lua) is not one, and no more of the key than that and one byte is
+-- read, whatever its size. The fence counter is never deleted.
 --
 -- A grant whose minimum hold has not ended is not deleted: the value is rewritten with the
 -- owner token replaced by "~" and the token's holder fingerprint (16 hex digits), keeping the
@@ -40,8 +42,11 @@
 --   1      released: the key was deleted (and the release published, if the grant was
 --          marked), or the grant was turned into a record kept until its hold ends
 --   0      absent: nothing to delete
---   -1     another grant, or a value of another type, holds the key; it was left alone
+--   -1     another grant, a value of another type, or a string that is not this grant (an
+--          empty one included), holds the key; it was left alone
 local MAX_HOLD_MS = 86400000
+-- The longest value a lease stores, in bytes (acquire.lua), and GETRANGE's end for it.
+local LONGEST, LONGEST_TEXT = 332, '332'
 
 -- No helper functions (see acquire.lua): one loop releases every grant of the call, a single
 -- one included, and an entry's reply is set and the loop body left with `break`.
@@ -54,19 +59,25 @@ for i = 1, n do
   -- Whether the stored grant is marked: only its release is announced.
   local marked = false
   repeat
-    -- A GET that reports a key of another type instead of raising WRONGTYPE.
-    local current = redis.pcall('GET', lease_key)
+    -- At most LONGEST + 1 bytes of the key: GETRANGE, which reports a key of another type
+    -- (a table from pcall) instead of raising WRONGTYPE, and reads an absent key as "".
+    local current = redis.pcall('GETRANGE', lease_key, '0', LONGEST_TEXT)
     local grant = current
     -- Most often the stored value is exactly the grant (neither a hold, nor a name, nor a
     -- mark): nothing else is looked at. A grant never holds a newline, and a stored value
     -- never starts with ':', so a value equal to the argument is a grant to delete.
     if current ~= grant_arg then
-      if not current then
-        reply = 0
+      if type(current) == 'table' or #current > LONGEST then
+        reply = -1
         break
       end
-      if type(current) == 'table' then
-        reply = -1
+      if current == '' then
+        -- Absent, unless EXISTS finds an empty string there, which is no grant.
+        if redis.call('EXISTS', lease_key) == 0 then
+          reply = 0
+        else
+          reply = -1
+        end
         break
       end
       local hold_until, name, mark = '', '', ''

@@ -9,10 +9,11 @@
 -- Renews only the exact grant, which is the stored value up to its first newline (acquire.lua
 -- describes every form of the value): a lease that lapsed and was granted again (a new fence)
 -- is never extended by its old holder, nor is a grant released before its minimum hold ended.
--- A lease key of another type (a hash, a list) is not this grant either. Each grant is renewed
--- on its own, as if by a call of its own: one that is gone does not keep the others from being
--- renewed. On a Cluster every key of a call must share a slot, so a call there renews one
--- grant.
+-- A lease key of another type (a hash, a list) is not this grant either, nor is a string
+-- longer than any lease's value (LONGEST, as in acquire.lua): no more of the key than that and
+-- one byte is read, whatever its size. Each grant is renewed on its own, as if by a call of
+-- its own: one that is gone does not keep the others from being renewed. On a Cluster every
+-- key of a call must share a slot, so a call there renews one grant.
 --
 -- A grant with a minimum hold gets max(TTL, what is left of the hold, rounded up to the
 -- millisecond): a renewal never lets the key go before its hold ends.
@@ -22,8 +23,11 @@
 -- more to hand back, a hundred of them in a batch), each
 --   ttl        renewed: PEXPIRE set the TTL, a positive number of milliseconds
 --   0          absent
---   -1         another grant, or a value of another type, holds the key
+--   -1         another grant, a value of another type, or a string that is not this grant
+--              (an empty one included), holds the key
 local MAX_HOLD_MS = 86400000
+-- The longest value a lease stores, in bytes (acquire.lua), and GETRANGE's end for it.
+local LONGEST, LONGEST_TEXT = 332, '332'
 
 -- No helper functions (see acquire.lua): one loop renews every grant of the call, and an
 -- entry's reply is set and the loop body left with `break`.
@@ -32,16 +36,20 @@ for i = 1, #KEYS do
   local key, wanted, ttl = KEYS[i], ARGV[2 * i - 1], ARGV[2 * i]
   local reply = -1
   repeat
-    -- A GET that reports a key of another type instead of raising WRONGTYPE.
-    local current = redis.pcall('GET', key)
+    -- At most LONGEST + 1 bytes of the key: GETRANGE, which reports a key of another type
+    -- (a table from pcall) instead of raising WRONGTYPE, and reads an absent key as "".
+    local current = redis.pcall('GETRANGE', key, '0', LONGEST_TEXT)
     -- Most often the stored value is exactly the grant (neither a hold, nor a name, nor a
     -- mark): nothing else is looked at.
     if current ~= wanted then
-      if not current then
-        reply = 0
+      if type(current) == 'table' or #current > LONGEST then
         break
       end
-      if type(current) == 'table' then
+      if current == '' then
+        -- Absent, unless EXISTS finds an empty string there, which is no grant.
+        if redis.call('EXISTS', key) == 0 then
+          reply = 0
+        end
         break
       end
       local grant, hold_until = current, ''

@@ -42,8 +42,8 @@ impl ListedLease {
 pub enum ListedState {
     /// A lease: its fence, time left, holder fingerprint and name.
     Held(LeaseView),
-    /// A key no lease operation can use (another type, a counter out of range): an operator
-    /// should look at it.
+    /// A key no lease operation can use (another type, a string leasehold did not write, a
+    /// counter out of range): an operator should look at it.
     Unusable(UnusableKey),
 }
 
@@ -108,7 +108,8 @@ impl RedisBackend {
     /// # Errors
     ///
     /// [`Error::Unavailable`] if nothing was removed: the server could not be reached, or the
-    /// key holds another type ([`UnavailableCause::UnusableKey`], left alone);
+    /// key holds something leasehold did not write — another type, or a string that is not a
+    /// lease's value, of any size ([`UnavailableCause::UnusableKey`], left alone);
     /// [`Error::Indeterminate`] if the reply was lost (it may have been removed: inspect
     /// tells).
     pub async fn break_lease(

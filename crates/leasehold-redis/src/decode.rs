@@ -91,6 +91,7 @@ pub(crate) fn fence(value: Option<&Value>) -> Option<FenceToken> {
 pub(crate) fn unusable(items: &[Value]) -> Option<Failure> {
     let what = match text(items.get(1))? {
         b"lease-type" => UnusableKey::LeaseWrongType,
+        b"lease-value" => UnusableKey::LeaseForeignValue,
         b"counter-type" => UnusableKey::CounterWrongType,
         b"counter-value" => UnusableKey::CounterNotAFence,
         b"fence-range" => UnusableKey::FenceRangeExhausted,
@@ -365,6 +366,31 @@ mod tests {
     }
 
     #[test]
+    fn every_unusable_key_decodes_by_name_for_acquire_and_inspect() {
+        for (what, want) in [
+            ("lease-type", UnusableKey::LeaseWrongType),
+            ("lease-value", UnusableKey::LeaseForeignValue),
+            ("counter-type", UnusableKey::CounterWrongType),
+            ("counter-value", UnusableKey::CounterNotAFence),
+            ("fence-range", UnusableKey::FenceRangeExhausted),
+        ] {
+            let reply = arr(vec![Value::Int(-2), bulk(what)]);
+            let cause = UnavailableCause::UnusableKey(want);
+            assert!(
+                matches!(
+                    acquire(&reply, TTL, FALLBACK),
+                    Ok(AcquireReply::Failed(Failure::Unavailable(ref u))) if u.cause == cause
+                ),
+                "{what}"
+            );
+            assert!(
+                matches!(inspect(&reply), Ok(InspectOutcome::Unavailable(ref u)) if u.cause == cause),
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
     fn a_replay_without_ttl_grants_nothing() {
         match acquire(
             &arr(vec![Value::Int(2), Value::Int(3), Value::Int(-1)]),
@@ -543,6 +569,7 @@ mod tests {
             "[0-9+-]{0,21}".prop_map(|s| Value::BulkString(s.into_bytes())),
             prop::sample::select(vec![
                 "lease-type",
+                "lease-value",
                 "counter-type",
                 "counter-value",
                 "fence-range",

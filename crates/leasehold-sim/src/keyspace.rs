@@ -9,6 +9,9 @@
 //! is `"~"` and the released token's fingerprint, as `release.lua` writes it. A grant someone
 //! was refused is marked, as `acquire.lua` marks it, and only a marked grant's release is
 //! announced.
+//!
+//! A test may plant at a lease key or a fence counter a value leasehold did not write
+//! ([`ForeignValue`]): the scripts refuse it, whatever its length, and change nothing.
 
 use std::collections::BTreeMap;
 
@@ -51,12 +54,35 @@ impl Stored {
     }
 }
 
-/// Every key on the server: lease keys and fence counters. Cloned whole for the snapshots a
-/// lossy failover goes back to.
+/// A value that something other than leasehold wrote at a lease key or a fence counter, as a
+/// test plants it ([`SimServer::plant_at_lease_key`](crate::SimServer::plant_at_lease_key),
+/// [`SimServer::plant_at_fence_counter`](crate::SimServer::plant_at_fence_counter)).
+///
+/// The scripts refuse such a key with [`UnusableKey`](leasehold::UnusableKey) and change
+/// nothing, as they do on a real server: a value of another type at the lease key is
+/// `LeaseWrongType`, a string `LeaseForeignValue`; at the counter, `CounterWrongType` and
+/// `CounterNotAFence`. The string's length does not change the answer (on a real server, a
+/// string longer than any lease value is refused without being read): the simulation keeps
+/// none of it. A planted value has no TTL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ForeignValue {
+    /// A value of another type: a hash, a list, a set, as `HSET` or `RPUSH` leaves it.
+    OtherType,
+    /// A string that is not of a form the scripts write (at a lease key: not a grant nor a
+    /// record kept after release; at a counter: not a fence), of any length.
+    String,
+}
+
+/// Every key on the server: lease keys and fence counters, and values leasehold did not
+/// write. Cloned whole for the snapshots a lossy failover goes back to.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub(crate) struct Keyspace {
     pub(crate) leases: BTreeMap<String, Stored>,
     pub(crate) fences: BTreeMap<String, u64>,
+    /// Values planted at lease keys or fence counters, by key: a key is in at most one of the
+    /// three maps.
+    pub(crate) foreign: BTreeMap<String, ForeignValue>,
 }
 
 /// The lease key of a resource.

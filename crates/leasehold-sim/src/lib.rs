@@ -110,6 +110,7 @@ pub use checker::run_sim;
 pub use fault::Fault;
 pub use immediate::run_now;
 pub use invariant::{Evidence, Invariant, Violation};
+pub use keyspace::ForeignValue;
 pub use oracle::{NonOwnerSuccess, StoredGrant};
 pub use request_book::RequestBook;
 pub use scenario::Mode;

@@ -5,7 +5,10 @@
 //! release act only for the exact stored (fence, token, operation); PTTLs are whole
 //! milliseconds. A new grant's fence is `max(counter + 1, server clock in microseconds)`, and
 //! the counter becomes that fence; a counter at [`FenceToken::MAX`] (or above, which is no
-//! fence) fails the acquire definitely, with nothing written.
+//! fence) fails the acquire definitely, with nothing written. A value a test planted at a lease
+//! key or a counter ([`ForeignValue`]) is refused as the scripts refuse one, whatever its size:
+//! acquire with [`UnusableKey`], renew `Lost(OtherHolder)`, release `NotOwner`, and nothing
+//! written.
 //!
 //! A minimum hold works as in the scripts: a grant's TTL is `max(ttl, hold)`, a renewal's
 //! `max(ttl, hold left)`, and a release before the hold ends keeps the key as a released
@@ -24,7 +27,7 @@ use leasehold::{
 };
 
 use crate::RequestKind;
-use crate::keyspace::{RELEASED, Stored, fence_key};
+use crate::keyspace::{ForeignValue, Keyspace, RELEASED, Stored, fence_key};
 use crate::state::ServerState;
 use crate::units::{duration_ms, millis};
 
@@ -81,18 +84,18 @@ impl ServerState {
                 ttl_ms,
                 min_hold_ms,
                 holder_name,
-            } => match self.keyspace.live(key, now) {
-                None => {
+            } => match (
+                unusable_lease(&self.keyspace, key),
+                self.keyspace.live(key, now),
+            ) {
+                // A value leasehold did not write is refused before anything else is read.
+                (Some(what), _) => Applied::Acquire(AcquireReply::Failed(refused(what))),
+                (None, None) => {
+                    if let Some(unusable) = unusable_counter_of(&self.keyspace, key) {
+                        return Applied::Acquire(AcquireReply::Failed(refused(unusable)));
+                    }
                     let counter_key = fence_key(key);
                     let counter = self.keyspace.fences.get(&counter_key).copied().unwrap_or(0);
-                    if let Some(unusable) = unusable_counter(counter) {
-                        return Applied::Acquire(AcquireReply::Failed(Failure::Unavailable(
-                            Unavailable::new(
-                                UnavailableCause::UnusableKey(unusable),
-                                format!("simulated: {unusable}"),
-                            ),
-                        )));
-                    }
                     // A clock beyond the fence range (or before its origin) adds nothing.
                     let clock = u64::try_from(now_us)
                         .unwrap_or(0)
@@ -119,7 +122,7 @@ impl ServerState {
                         duration_ms(px),
                     )))
                 }
-                Some(stored) => {
+                (None, Some(stored)) => {
                     let pttl = stored.expires_at_ms - now;
                     let fence = FenceToken::new(stored.fence).unwrap_or(FenceToken::MIN);
                     let contention = Contention::new(
@@ -149,6 +152,10 @@ impl ServerState {
                 }
             },
             WireOp::Renew { key, exact, ttl_ms } => match self.keyspace.live(key, now) {
+                // A value leasehold did not write is certainly not this grant.
+                _ if unusable_lease(&self.keyspace, key).is_some() => {
+                    Applied::Renew(RenewReply::Lost(LossCause::OtherHolder))
+                }
                 None => Applied::Renew(RenewReply::Lost(LossCause::Absent)),
                 Some(stored) if !matches_exact(&stored, exact) => {
                     Applied::Renew(RenewReply::Lost(LossCause::OtherHolder))
@@ -171,6 +178,9 @@ impl ServerState {
                 token,
                 operation,
             } => {
+                if unusable_lease(&self.keyspace, key).is_some() {
+                    return Applied::Release(ReleaseReply::NotOwner);
+                }
                 // The fence is whatever the stored grant carries.
                 let Some(fence) = self.keyspace.live(key, now).map(|s| s.fence) else {
                     return Applied::Release(ReleaseReply::AlreadyGone);
@@ -184,6 +194,10 @@ impl ServerState {
     /// minimum hold ends.
     fn release(&mut self, key: &str, exact: &Exact, now_us: i64) -> Applied {
         let now = now_us.div_euclid(1000);
+        // A value leasehold did not write is certainly not this grant: left alone.
+        if unusable_lease(&self.keyspace, key).is_some() {
+            return Applied::Release(ReleaseReply::NotOwner);
+        }
         let Some(stored) = self.keyspace.live(key, now) else {
             return Applied::Release(ReleaseReply::AlreadyGone);
         };
@@ -236,6 +250,35 @@ fn hold_left_ms(stored: &Stored, now_us: i64) -> i64 {
 /// The token of the record a release before the hold's end leaves: `~` and the fingerprint.
 fn released_token(token: &str) -> String {
     format!("{RELEASED}{}", HolderFingerprint::of_token_text(token))
+}
+
+/// A refusal of a key the scripts cannot use: definitely not applied, nothing written.
+pub(crate) fn refused(what: UnusableKey) -> Failure {
+    Failure::Unavailable(Unavailable::new(
+        UnavailableCause::UnusableKey(what),
+        format!("simulated: {what}"),
+    ))
+}
+
+/// Returns what is wrong with the value at lease key `key`, if leasehold did not write it:
+/// the scripts refuse it before they look at anything else, whatever its length.
+pub(crate) fn unusable_lease(keyspace: &Keyspace, key: &str) -> Option<UnusableKey> {
+    keyspace.foreign.get(key).map(|value| match value {
+        ForeignValue::OtherType => UnusableKey::LeaseWrongType,
+        ForeignValue::String => UnusableKey::LeaseForeignValue,
+    })
+}
+
+/// Returns what is wrong with the fence counter beside lease key `key`, so that no new grant
+/// can follow it, if anything: what `acquire.lua` refuses a free lease for, and `inspect.lua`
+/// reports for one.
+pub(crate) fn unusable_counter_of(keyspace: &Keyspace, key: &str) -> Option<UnusableKey> {
+    let counter_key = fence_key(key);
+    match keyspace.foreign.get(&counter_key) {
+        Some(ForeignValue::OtherType) => Some(UnusableKey::CounterWrongType),
+        Some(ForeignValue::String) => Some(UnusableKey::CounterNotAFence),
+        None => unusable_counter(keyspace.fences.get(&counter_key).copied().unwrap_or(0)),
+    }
 }
 
 /// Returns what is wrong with a fence counter that no new grant can follow, if anything.

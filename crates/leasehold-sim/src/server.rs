@@ -26,8 +26,9 @@ use leasehold::{
 };
 
 use crate::backend::SimBackend;
-use crate::keyspace::{Keyspace, fence_key, key_of};
+use crate::keyspace::{ForeignValue, Keyspace, fence_key, key_of};
 use crate::oracle::{NonOwnerSuccess, StoredGrant};
+use crate::script::{refused, unusable_counter_of, unusable_lease};
 use crate::state::ServerState;
 use crate::units::{duration_ms, micros, millis};
 
@@ -230,11 +231,14 @@ impl SimServer {
         self.lock().lineage
     }
 
-    /// Deletes a lease by hand (as `DEL` would), leaving its fence counter.
+    /// Deletes a lease by hand (as `DEL` would), leaving its fence counter; a value planted
+    /// at the lease key goes too.
     pub fn delete(&self, purpose: &Purpose, resource: &ResourceDigest) {
         let mut state = self.lock();
         state.before_write();
-        state.keyspace.leases.remove(&key_of(purpose, resource));
+        let key = key_of(purpose, resource);
+        state.keyspace.leases.remove(&key);
+        state.keyspace.foreign.remove(&key);
     }
 
     /// Sets a fence counter by hand (as `SET` would), for example to [`FenceToken::MAX`].
@@ -244,7 +248,44 @@ impl SimServer {
         let mut state = self.lock();
         state.before_write();
         let key = fence_key(&key_of(purpose, resource));
+        state.keyspace.foreign.remove(&key);
         state.keyspace.fences.insert(key, value);
+    }
+
+    /// Puts at the resource's lease key a value leasehold did not write, in place of whatever
+    /// it held (as `DEL` and then `SET` or `HSET` would), with no TTL. Every lease call then
+    /// refuses it and leaves it as it is: acquire and inspect with
+    /// [`UnusableKey`](leasehold::UnusableKey) (see [`ForeignValue`]), renew with
+    /// `Lost(OtherHolder)`, release with `NotOwner`. [`delete`](Self::delete) removes it.
+    pub fn plant_at_lease_key(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        value: ForeignValue,
+    ) {
+        let mut state = self.lock();
+        state.before_write();
+        let key = key_of(purpose, resource);
+        state.keyspace.leases.remove(&key);
+        state.keyspace.foreign.insert(key, value);
+    }
+
+    /// Puts at the resource's fence counter a value that is not a fence, in place of the
+    /// counter (as `DEL` and then `SET` or `RPUSH` would): an acquire of the free lease, and
+    /// its inspection, are refused with [`UnusableKey`](leasehold::UnusableKey) (see
+    /// [`ForeignValue`]), and nothing is written. [`set_fence_counter`](Self::set_fence_counter)
+    /// replaces it.
+    pub fn plant_at_fence_counter(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        value: ForeignValue,
+    ) {
+        let mut state = self.lock();
+        state.before_write();
+        let key = fence_key(&key_of(purpose, resource));
+        state.keyspace.fences.remove(&key);
+        state.keyspace.foreign.insert(key, value);
     }
 
     /// Returns the fence counter of the resource, if it has one.
@@ -313,8 +354,16 @@ impl SimServer {
             return refused.into();
         }
         let now = self.server_now(&state);
+        // As `inspect.lua`: a value leasehold did not write is refused (and never marked),
+        // and a free lease's counter is read, to tell whether it can be granted.
+        if let Some(what) = unusable_lease(&state.keyspace, key) {
+            return refused(what).into();
+        }
         let Some(stored) = state.keyspace.live(key, now) else {
-            return InspectOutcome::Free;
+            return match unusable_counter_of(&state.keyspace, key) {
+                Some(what) => refused(what).into(),
+                None => InspectOutcome::Free,
+            };
         };
         if mark {
             state.mark(key);

@@ -63,6 +63,10 @@ pub enum UnavailableCause {
 pub enum UnusableKey {
     /// The lease key holds a value of another type (a hash, a list, a set, …).
     LeaseWrongType,
+    /// The lease key holds a string that leasehold did not write: longer than any value a
+    /// lease stores, or not of its form. Refused whatever its length, without reading more of
+    /// it than the longest lease value.
+    LeaseForeignValue,
     /// The fence counter holds a value of another type.
     CounterWrongType,
     /// The fence counter holds a string that is not a fence: negative, not a plain decimal,
@@ -78,6 +82,9 @@ impl fmt::Display for UnusableKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             UnusableKey::LeaseWrongType => "the lease key holds a value of another type",
+            UnusableKey::LeaseForeignValue => {
+                "the lease key holds a string that leasehold did not write"
+            }
             UnusableKey::CounterWrongType => "the fence counter holds a value of another type",
             UnusableKey::CounterNotAFence => {
                 "the fence counter holds something that is not a fence (not a decimal in the \

@@ -511,6 +511,52 @@ mod tests {
         assert!(inspect.starts_with("#!lua flags=no-writes\n"));
     }
 
+    /// The longest value a lease stores, from the documented limits, is the bound every
+    /// script that reads a lease key reads up to (one byte more, to tell a longer value),
+    /// refusing a longer value unread; `acquire.lua`, which describes the value, states it.
+    #[test]
+    fn every_script_that_reads_a_lease_key_bounds_it_by_the_longest_lease_value() {
+        use leasehold::id::{MAX_HOLDER_NAME_LEN, MAX_OPERATION_ID_LEN, OWNER_TOKEN_BYTES};
+        let fence = FenceToken::MAX.get().to_string().len();
+        // Base64URL without padding; a record kept after release has "~" and 16 hex digits.
+        let token = OWNER_TOKEN_BYTES.div_ceil(3) * 4;
+        assert!(token > leasehold::HolderFingerprint::LEN);
+        // The hold's end: the server's clock in microseconds plus the hold, below 2^64.
+        let hold_until = u64::MAX.to_string().len();
+        // "<fence>:<owner token>:<operation id>\n<hold until>\n<holder name>\n"
+        let longest = fence
+            + 1
+            + token
+            + 1
+            + MAX_OPERATION_ID_LEN
+            + 1
+            + hold_until
+            + 1
+            + MAX_HOLDER_NAME_LEN
+            + 1;
+        assert_eq!(longest, 332);
+        let line = format!("local LONGEST, LONGEST_TEXT = {longest}, '{longest}'");
+        for script in [
+            AcquireCall::script(),
+            RenewCall::script(),
+            ReleaseCall::script(),
+            InspectCall::script(),
+            WatchCall::script(),
+            BreakCall::script(),
+        ] {
+            assert!(
+                script.source.lines().any(|l| l == line),
+                "lua/{}.lua has no `{line}`",
+                script.name
+            );
+        }
+        let stated = format!("at most {longest} bytes");
+        assert!(
+            AcquireCall::script().source.contains(&stated),
+            "acquire.lua's header does not say {stated:?}"
+        );
+    }
+
     /// The words of a command, as sent.
     fn words(cmd: &Cmd) -> Vec<Vec<u8>> {
         cmd.args_iter()
