@@ -172,13 +172,16 @@ leasehold sends SIGTERM to the command and SIGKILL after --grace, but never late
 before the lease's validity ends: the command is dead before anyone else can be granted the
 lease. When the command exits, whatever it left running in its process group gets SIGTERM, and
 SIGKILL after --grace (capped the same way), while the lease is still kept; then the lease is
-released.
+released. A release leasehold cannot confirm (Redis down or not answering) is reported, and
+proves nothing either way: the lease may then still be held, at most until its TTL runs out,
+or may already be gone.
 
 The grant carries a holder name (--holder, by default <hostname>:<pid>), which `inspect` shows
 and a refused run prints. It is public text, not a secret.
 
 With --hold-at-least D, the lease is kept at least D after it was granted (by Redis's clock),
-even if the command exits sooner or leasehold dies: until then every other run is refused (exit
+even if the command exits sooner or leasehold dies, unless Redis loses the key itself (a
+restart without persistence, a flush, an eviction): until then every other run is refused (exit
 75). For a run-once job started on several hosts whose clocks differ, a D above the skew makes
 it run once per schedule tick. D only keeps the key: the command is still stopped when the
 lease's TTL runs out unrenewed.

@@ -413,9 +413,12 @@ fn report_release(outcome: ReleaseOutcome) -> Option<&'static str> {
                 ReleaseOutcome::Unavailable(u) => u.to_string(),
                 other => format!("{other:?}"),
             };
+            // Nothing here says whether the lease is still held: the release may have been
+            // applied (an unknown outcome), and a restart, a flush or an eviction may already
+            // have taken the lease. Only the upper bound is known.
             eprintln!(
-                "leasehold: the release was not confirmed ({why}); the lease lives until its TTL \
-                 runs out"
+                "leasehold: the release was not confirmed ({why}); the lease may still be held, \
+                 at most until its TTL runs out, or may already be gone"
             );
             None
         }

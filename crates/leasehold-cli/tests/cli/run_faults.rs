@@ -43,6 +43,33 @@ fn a_lease_deleted_before_the_command_exits_is_70_not_its_code() {
     }
 }
 
+/// Redis restarted (taking the lease with it) and is down when the command exits: the release
+/// cannot be confirmed, and `run` says only what it can know — the lease may still be held, at
+/// most until its TTL runs out, or may already be gone — never that it lives on (issue 34).
+#[test]
+fn a_release_unconfirmed_while_redis_is_down_claims_only_what_is_known() {
+    let mut server = RedisServer::start();
+    let scratch = Scratch::new();
+    let running = run_until_go(&server, &scratch);
+    server.restart();
+    server.kill();
+    std::fs::write(scratch.path("go"), "").unwrap();
+    let done = running.finish();
+    // The release proves nothing either way: the command's own status.
+    done.assert_code(3);
+    assert!(
+        done.stderr.contains("the release was not confirmed"),
+        "{done:#?}"
+    );
+    assert!(
+        done.stderr.contains("may still be held") && done.stderr.contains("or may already be gone"),
+        "{done:#?}"
+    );
+    for claim in ["lives until", "lease lives", "is still held"] {
+        assert!(!done.stderr.contains(claim), "{claim:?}: {done:#?}");
+    }
+}
+
 #[test]
 fn a_lease_granted_to_another_before_the_command_exits_is_70() {
     let server = RedisServer::start();
@@ -63,10 +90,26 @@ fn a_lease_granted_to_another_before_the_command_exits_is_70() {
 #[test]
 fn keys_of_another_type_are_named_and_nothing_is_written() {
     let fence_key = format!("{}:fence", lease_key("r"));
-    let cases: [(&[&str], &str); 5] = [
+    // Longer than the scripts could refuse within the default 200 ms command timeout when
+    // they read all of it (issue 34): refused unread now, as any string leasehold did not
+    // write is.
+    let ten_mb = "1".repeat(10 << 20);
+    let cases: [(&[&str], &str); 8] = [
         (
             &["HSET", &lease_key("r"), "f", "v"],
             "the lease key holds a value of another type",
+        ),
+        (
+            &["SET", &lease_key("r"), &ten_mb],
+            "the lease key holds a string that leasehold did not write",
+        ),
+        (
+            &["SET", &lease_key("r"), "garbage"],
+            "the lease key holds a string that leasehold did not write",
+        ),
+        (
+            &["SET", &fence_key, &ten_mb],
+            "the fence counter holds something that is not a fence",
         ),
         (
             &["RPUSH", &fence_key, "x"],
