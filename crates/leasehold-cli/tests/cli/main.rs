@@ -29,6 +29,7 @@ const SPIN: &str = "i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done";
 
 mod conventions;
 mod demo;
+mod failover_holders;
 mod inspect;
 mod logs;
 mod messages;
