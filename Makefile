@@ -2,11 +2,13 @@
 CARGO ?= cargo
 LIB_CRATES := -p leasehold -p leasehold-redis
 
-.PHONY: test unit lint docs features msrv demo bench bench-instructions soak redis valgrind test-valkey examples
+.PHONY: test unit transports lint docs features msrv demo bench bench-instructions soak redis valgrind test-valkey examples
 
 ## test: lint, docs, feature combinations, then every test against real redis-server
-## processes the tests start (redis-server is installed first if it is missing).
-test: lint docs features unit
+## processes the tests start (redis-server is installed first if it is missing), on
+## leasehold's own connection; then the fault, regression, cancellation and Sentinel suites
+## again on redis-rs's (`transports`).
+test: lint docs features unit transports
 
 ## redis: make sure there is a redis-server (or $LEASEHOLD_REDIS_SERVER) to start.
 redis:
@@ -18,12 +20,25 @@ valgrind:
 	@scripts/ensure-command valgrind valgrind
 
 unit: redis valgrind examples
+	@echo "== the suite on the direct transport (LEASEHOLD_TEST_TRANSPORT=direct)"
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 	  $(CARGO) nextest run --workspace --all-features --no-fail-fast $(NEXTEST_ARGS); \
 	else \
 	  $(CARGO) test --workspace --all-features --no-fail-fast; \
 	fi
 	$(CARGO) test --workspace --all-features --doc
+
+## transports: the suites that depend on how commands reach the server, again on redis-rs's
+## multiplexed connection (`LEASEHOLD_TEST_TRANSPORT=redis-rs`; D49). `make test` runs every
+## suite on the direct transport first.
+TRANSPORT_SUITES := binary(network_faults) | binary(regressions) | binary(cancellation) | \
+  binary(sentinel) | binary(fences_survive) | binary(failover_holders) | binary(batched) | \
+  binary(one_call) | binary(foreign_values) | binary(waiting) | binary(keepalive)
+transports: redis
+	@$(CARGO) nextest --version >/dev/null 2>&1 || { echo "transports needs cargo-nextest: cargo install --locked cargo-nextest"; exit 1; }
+	@echo "== the transport suites on redis-rs's connection (LEASEHOLD_TEST_TRANSPORT=redis-rs)"
+	LEASEHOLD_TEST_TRANSPORT=redis-rs $(CARGO) nextest run -p leasehold-redis --all-features \
+	  --no-fail-fast -E '$(TRANSPORT_SUITES)'
 
 ## examples: build the examples; tests/examples.rs runs them against real redis-server.
 examples:
@@ -38,7 +53,10 @@ test-valkey: valgrind examples
 	@server=$$(scripts/fetch-valkey) && \
 	echo "The suite on $$("$$server" --version | cut -d' ' -f1-3); on Redis only: $(VALKEY_TLS_TESTS)" && \
 	LEASEHOLD_REDIS_SERVER="$$server" $(CARGO) nextest run --workspace --all-features --no-fail-fast \
-	  -E 'not (binary(tls_and_acl) & ($(VALKEY_TLS_TESTS)))'
+	  -E 'not (binary(tls_and_acl) & ($(VALKEY_TLS_TESTS)))' && \
+	echo "== the transport suites on Valkey, on redis-rs's connection" && \
+	LEASEHOLD_REDIS_SERVER="$$server" LEASEHOLD_TEST_TRANSPORT=redis-rs $(CARGO) nextest run \
+	  -p leasehold-redis --all-features --no-fail-fast -E '$(TRANSPORT_SUITES)'
 
 ## lint: formatting and clippy, warnings denied.
 lint:
