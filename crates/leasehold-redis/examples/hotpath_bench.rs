@@ -1,8 +1,10 @@
 //! `make bench`: the hot path side by side, in one process on one redis-server.
 //!
-//! Five locks, each acquired and released in a loop over one multiplexed connection:
+//! Six locks, each acquired and released in a loop over one multiplexed connection:
 //!
 //! - **leasehold**: `try_acquire` + `release` (one EVALSHA each, fenced, every guarantee on);
+//! - **over redis-rs**: the same through redis-rs's multiplexed connection
+//!   (`Transport::RedisRs`) instead of leasehold's own (D49), which decides the default;
 //! - **fenced floor**: the least a fenced lease can do — one script that refuses a held key,
 //!   `INCR`s the fence counter and `SET`s the key with `PX`, and a compare-and-delete release;
 //! - **SET NX floor**: an unfenced lock, `SET NX PX` and the same compare-and-delete;
@@ -14,7 +16,7 @@
 //!
 //! One task (latency p50 / p99, µs, over 8,000 cycles each, in blocks of 100 that take turns)
 //! and 64 tasks on distinct resources (cycles per second, in rounds that rotate the order of
-//! the five), so that drift on a loaded machine hits all of them alike; ratios to the fenced
+//! the six), so that drift on a loaded machine hits all of them alike; ratios to the fenced
 //! floor and to rslock. Prints figures; asserts nothing about them.
 //!
 //! `HOTPATH_PROFILE=leasehold` (or another lock's name) runs only that lock's 64-task load for
@@ -30,16 +32,16 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use leasehold_redis::leasehold::{OperationId, Purpose, ResourceDigest};
-use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
+use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings, Transport};
 use redis::aio::MultiplexedConnection;
 use test_support::{RedisServer, cpu_time};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const ROUNDS: usize = 3;
-/// One task's cycles per lock: [`ONE_TASK_BLOCKS`] blocks of [`ONE_TASK_BLOCK`], the five
+/// One task's cycles per lock: [`ONE_TASK_BLOCKS`] blocks of [`ONE_TASK_BLOCK`], the six
 /// locks' blocks taking turns, so that drift over the run (a p50 of about 200 µs on an idle
-/// machine is mostly wake-ups, and they vary) hits all five alike.
+/// machine is mostly wake-ups, and they vary) hits all six alike.
 const ONE_TASK_BLOCKS: usize = 80;
 const ONE_TASK_BLOCK: usize = 100;
 const TASKS: usize = 64;
@@ -53,6 +55,7 @@ const FLOOR_RELEASE: &str = include_str!("floor/release.lua");
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Lock {
     Leasehold,
+    OverRedisRs,
     FencedFloor,
     SetNxFloor,
     Rslock,
@@ -60,11 +63,12 @@ enum Lock {
 }
 
 /// The indices in [`LOCKS`] of the two the others are compared with.
-const FLOOR: usize = 1;
-const RSLOCK: usize = 3;
+const FLOOR: usize = 2;
+const RSLOCK: usize = 4;
 
-const LOCKS: [Lock; 5] = [
+const LOCKS: [Lock; 6] = [
     Lock::Leasehold,
+    Lock::OverRedisRs,
     Lock::FencedFloor,
     Lock::SetNxFloor,
     Lock::Rslock,
@@ -75,6 +79,7 @@ impl Lock {
     fn name(self) -> &'static str {
         match self {
             Lock::Leasehold => "leasehold",
+            Lock::OverRedisRs => "over redis-rs",
             Lock::FencedFloor => "fenced floor",
             Lock::SetNxFloor => "SET NX floor",
             Lock::Rslock => "rslock",
@@ -102,9 +107,11 @@ struct OwnScripts {
     keys: Vec<(String, String)>,
 }
 
-/// Everything the five need, shared by the tasks.
+/// Everything the six need, shared by the tasks.
 struct Bench {
     client: RedisLeases,
+    /// The same, on redis-rs's connection.
+    over_redis_rs: RedisLeases,
     purpose: Purpose,
     digests: Vec<ResourceDigest>,
     raw: MultiplexedConnection,
@@ -121,16 +128,20 @@ impl Bench {
     async fn cycle(&self, lock: Lock, r: usize) -> Res<()> {
         let n = self.serial.fetch_add(1, Ordering::Relaxed);
         match lock {
-            Lock::Leasehold => {
-                let attempt = self.client.new_attempt(OperationId::new("bench")?)?;
-                let request = self.client.request(
+            Lock::Leasehold | Lock::OverRedisRs => {
+                let client = if lock == Lock::Leasehold {
+                    &self.client
+                } else {
+                    &self.over_redis_rs
+                };
+                let attempt = client.new_attempt(OperationId::new("bench")?)?;
+                let request = client.request(
                     self.purpose.clone(),
                     self.digests[r].clone(),
                     attempt,
                     Duration::from_millis(TTL_MS),
                 )?;
-                let lease = self
-                    .client
+                let lease = client
                     .try_acquire(&request)
                     .await
                     .into_handle()
@@ -336,11 +347,18 @@ async fn main() -> Res<()> {
     let server = RedisServer::start();
     let client = RedisBackend::open(&server.url(), RedisSettings::default())?.into_client();
     client.backend().warm_up().await?;
+    let over_redis_rs = RedisBackend::open(
+        &server.url(),
+        RedisSettings::default().with_transport(Transport::RedisRs),
+    )?
+    .into_client();
+    over_redis_rs.backend().warm_up().await?;
     let raw = redis::Client::open(server.url())?
         .get_multiplexed_async_connection()
         .await?;
     let bench = Arc::new(Bench {
         client,
+        over_redis_rs,
         purpose: Purpose::new("bench")?,
         digests: (0..TASKS)
             .map(|r| ResourceDigest::of(format!("r{r}")))
