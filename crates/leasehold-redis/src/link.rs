@@ -378,11 +378,14 @@ impl Link {
 
     /// Forgets the connection of `generation` if it is still the current one, so that the
     /// next command makes a new connection (and learns whether the server is reachable).
-    fn forget(&self, generation: u64) {
+    /// Returns true if and only if it was the current one.
+    fn forget(&self, generation: u64) -> bool {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        if current.as_ref().is_some_and(|c| c.generation == generation) {
+        let forgotten = current.as_ref().is_some_and(|c| c.generation == generation);
+        if forgotten {
             *current = None;
         }
+        forgotten
     }
 
     /// Sends one command on `current`'s connection (a clone the caller owns, so that nothing is
@@ -483,12 +486,17 @@ impl Link {
         // the master that now decides. The command goes again to the named one, whose answer
         // stands: every lease command can be sent twice for the same attempt (an acquire
         // replays, a renewal or release acts on the exact grant).
-        tracing::warn!(
-            was = %current.master.as_deref().map_or_else(String::new, ToString::to_string),
-            named = %named,
-            "the master was replaced; sending the command to the one the Sentinels name"
-        );
-        self.forget(current.generation);
+        let was = current
+            .master
+            .as_deref()
+            .map_or_else(String::new, ToString::to_string);
+        if self.forget(current.generation) {
+            // Once per replaced connection, by the command that found it out; the others in
+            // flight on it say so at debug level.
+            tracing::warn!(%was, %named, "the master was replaced: commands go to the named one");
+        } else {
+            tracing::debug!(%was, %named, "ran on a replaced master: sent again");
+        }
         let mut current = self
             .connection()
             .await
@@ -499,7 +507,7 @@ impl Link {
         match again {
             Ok(again) if current.master.as_deref() == Some(&again) => Ok(replied),
             Ok(again) => {
-                self.forget(current.generation);
+                let _ = self.forget(current.generation);
                 Err(master_replaced(&format!("the Sentinels now name {again}")))
             }
             Err(u) => Err(master_unconfirmed(&u)),

@@ -80,8 +80,10 @@ pub(crate) struct Sentinels {
     service: String,
     sentinels: Vec<Sentinel>,
     config: AsyncConnectionConfig,
-    /// How long one Sentinel may take to connect and answer.
-    timeout: Duration,
+    /// How long a Sentinel may take to answer, and to connect first when it must: the same
+    /// bounds as a lease command's, so that asking beside one never makes it wait longer.
+    command_timeout: Duration,
+    connect_timeout: Duration,
 }
 
 impl std::fmt::Debug for Sentinels {
@@ -117,7 +119,8 @@ impl Sentinels {
             config: AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(connect_timeout))
                 .set_response_timeout(Some(command_timeout)),
-            timeout: connect_timeout + command_timeout,
+            command_timeout,
+            connect_timeout,
         })
     }
 
@@ -151,9 +154,20 @@ impl Sentinels {
         ))
     }
 
-    /// Asks one Sentinel, within the timeout.
+    /// Asks one Sentinel, within the command timeout (and the connect timeout before it, if
+    /// there is no connection to it yet).
     async fn ask(&self, sentinel: &Sentinel) -> Result<MasterAddr, &'static str> {
-        match tokio::time::timeout(self.timeout, self.query(sentinel)).await {
+        let connected = sentinel
+            .connection
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some();
+        let within = if connected {
+            self.command_timeout
+        } else {
+            self.connect_timeout + self.command_timeout
+        };
+        match tokio::time::timeout(within, self.query(sentinel)).await {
             Ok(answer) => answer,
             Err(_) => {
                 Self::drop_connection(sentinel);
