@@ -30,15 +30,16 @@ unit: redis valgrind examples
 
 ## transports: the suites that depend on how commands reach the server, again on redis-rs's
 ## multiplexed connection (`LEASEHOLD_TEST_TRANSPORT=redis-rs`; D49). `make test` runs every
-## suite on the direct transport first.
+## suite on the direct transport first. Built as `unit` builds (the whole workspace, every
+## feature), so that nothing is compiled again.
 TRANSPORT_SUITES := binary(network_faults) | binary(regressions) | binary(cancellation) | \
   binary(sentinel) | binary(fences_survive) | binary(failover_holders) | binary(batched) | \
   binary(one_call) | binary(foreign_values) | binary(waiting) | binary(keepalive)
 transports: redis
 	@$(CARGO) nextest --version >/dev/null 2>&1 || { echo "transports needs cargo-nextest: cargo install --locked cargo-nextest"; exit 1; }
 	@echo "== the transport suites on redis-rs's connection (LEASEHOLD_TEST_TRANSPORT=redis-rs)"
-	LEASEHOLD_TEST_TRANSPORT=redis-rs $(CARGO) nextest run -p leasehold-redis --all-features \
-	  --no-fail-fast -E '$(TRANSPORT_SUITES)'
+	LEASEHOLD_TEST_TRANSPORT=redis-rs $(CARGO) nextest run --workspace --all-features \
+	  --no-fail-fast -E 'package(leasehold-redis) & ($(TRANSPORT_SUITES))'
 
 ## examples: build the examples; tests/examples.rs runs them against real redis-server.
 examples:
@@ -56,7 +57,7 @@ test-valkey: valgrind examples
 	  -E 'not (binary(tls_and_acl) & ($(VALKEY_TLS_TESTS)))' && \
 	echo "== the transport suites on Valkey, on redis-rs's connection" && \
 	LEASEHOLD_REDIS_SERVER="$$server" LEASEHOLD_TEST_TRANSPORT=redis-rs $(CARGO) nextest run \
-	  -p leasehold-redis --all-features --no-fail-fast -E '$(TRANSPORT_SUITES)'
+	  --workspace --all-features --no-fail-fast -E 'package(leasehold-redis) & ($(TRANSPORT_SUITES))'
 
 ## lint: formatting and clippy, warnings denied.
 lint:
