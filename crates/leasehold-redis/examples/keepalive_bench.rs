@@ -218,6 +218,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "renew commands / s:     {:.0}",
         (calls1 - calls0) as f64 / elapsed.as_secs_f64()
     );
+    println!(
+        "watchdog's load:        {:.0} renewals / s needed, {} measured it can confirm",
+        watchdog.renewals_needed(),
+        watchdog
+            .renewal_capacity()
+            .map_or_else(|| "not yet".to_owned(), |c| format!("{c:.0} / s"))
+    );
     let sampling_share = sampling_time.as_secs_f64() / elapsed.as_secs_f64();
     let server_share = (server_cpu1 - server_cpu0).as_secs_f64() / elapsed.as_secs_f64();
     println!(

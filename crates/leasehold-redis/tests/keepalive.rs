@@ -257,6 +257,15 @@ async fn one_watchdog_keeps_many_leases_alive_with_few_renewals_in_flight() {
     );
     let lost: Vec<_> = kept.iter().filter_map(|k| k.signal().reason()).collect();
     assert!(lost.is_empty(), "lost: {lost:?}");
+    // What the watchdog knows of its load: 500 leases needing one renewal a second each, and
+    // a capacity measured from its renewals (16 slots over a renewal's time on loopback, or
+    // its task's own rate), which kept them all and so is above that.
+    assert_eq!(watchdog.renewals_needed(), 500.0);
+    let capacity = watchdog
+        .renewal_capacity()
+        .expect("measured after 6 s of renewals");
+    eprintln!("500 leases of 3 s, 16 renewals in flight: capacity measured {capacity:.0}/s");
+    assert!(capacity > 500.0, "{capacity}");
     // 6.5 cadences passed: each lease was renewed six or seven times (five if a loaded
     // machine delayed every round), never more.
     assert!((2_500..=3_500).contains(&renewals), "{renewals} renewals");
@@ -270,4 +279,5 @@ async fn one_watchdog_keeps_many_leases_alive_with_few_renewals_in_flight() {
     for k in kept {
         assert_eq!(k.release().await, ReleaseOutcome::Released);
     }
+    assert_eq!(watchdog.renewals_needed(), 0.0);
 }

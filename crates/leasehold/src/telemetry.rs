@@ -65,6 +65,13 @@ pub mod names {
     pub const LOSSES: &str = "leasehold_losses_total";
     /// Gauge: leases the process's watchdogs keep alive now.
     pub const LEASES_KEPT: &str = "leasehold_leases_kept";
+    /// Gauge: renewals per second the leases the process's watchdogs keep need (one per
+    /// cadence each).
+    pub const KEEPALIVE_DEMAND: &str = "leasehold_keepalive_renewals_needed_per_second";
+    /// Gauge: renewals per second a watchdog measured it can confirm (the last to measure,
+    /// with several): the lesser of its send slots over the time a renewal takes and its
+    /// task's own rate. Alert before the demand gauge comes near it.
+    pub const KEEPALIVE_CAPACITY: &str = "leasehold_keepalive_renewal_capacity_per_second";
     /// Gauge: elections this process leads now, by `purpose` (client-go's leader gauge).
     pub const LEADING: &str = "leasehold_election_leading";
     /// Gauge: Redis commands this process has in flight (the backend's in-flight limit
@@ -253,6 +260,22 @@ pub(crate) fn lost(purpose: &Purpose, reason: LossReason) {
     .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = (purpose, reason);
+}
+
+/// Moves the watchdogs' demand gauge by `renewals_per_second` (negative when a lease goes).
+pub(crate) fn keepalive_demand(renewals_per_second: f64) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(names::KEEPALIVE_DEMAND).increment(renewals_per_second);
+    #[cfg(not(feature = "metrics"))]
+    let _ = renewals_per_second;
+}
+
+/// Sets the capacity gauge to what a watchdog measured.
+pub(crate) fn keepalive_capacity(renewals_per_second: f64) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(names::KEEPALIVE_CAPACITY).set(renewals_per_second);
+    #[cfg(not(feature = "metrics"))]
+    let _ = renewals_per_second;
 }
 
 /// Counts itself in a gauge while it lives: a waiting acquire, a kept lease, a term led.

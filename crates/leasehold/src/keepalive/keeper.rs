@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 use tokio_util::time::{DelayQueue, delay_queue};
 
+use super::load::{Load, Meter, Timed};
 use super::schedule::{RenewalVerdict, margin_reason, renewal_verdict};
 use super::settings::KeepAliveSettings;
 use super::signal::{LossReason, LossSignal};
@@ -44,14 +45,21 @@ impl fmt::Debug for Runner {
 }
 
 impl Runner {
-    /// Starts a task keeping leases under `settings` on the current runtime.
+    /// Starts a task keeping leases under `settings` on the current runtime, measuring its
+    /// capacity into `load` (its polling time into `busy`).
     ///
     /// # Panics
     ///
     /// Outside a tokio runtime with the `time` driver.
-    pub(super) fn start(settings: KeepAliveSettings) -> Self {
+    pub(super) fn start(
+        settings: KeepAliveSettings,
+        load: &Arc<Load>,
+        busy: &Arc<AtomicU64>,
+    ) -> Self {
         let (commands, received) = mpsc::unbounded_channel();
-        let task = tokio::spawn(Keeper::new(settings, received).run());
+        let meter = Meter::new(Arc::clone(load), settings.max_in_flight(), Arc::clone(busy));
+        let keeper = Keeper::new(settings, received, meter);
+        let task = tokio::spawn(Timed::new(keeper.run(), Arc::clone(busy)));
         Self {
             commands,
             next_id: AtomicU64::new(0),
@@ -128,15 +136,16 @@ impl Entry {
     }
 }
 
-/// A renewal being sent, tagged with its lease.
+/// A renewal being sent, tagged with its lease and when it was sent.
 struct Sending {
     id: u64,
     renewal: RenewFuture,
+    sent_at: Instant,
 }
 
 impl Future for Sending {
-    /// `None` if the backend panicked.
-    type Output = (u64, Option<RenewOutcome>);
+    /// The lease, the outcome (`None` if the backend panicked) and when it was sent.
+    type Output = (u64, Option<RenewOutcome>, Instant);
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
@@ -145,8 +154,8 @@ impl Future for Sending {
         // without being polled again.
         match std::panic::catch_unwind(AssertUnwindSafe(|| this.renewal.as_mut().poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(outcome)) => Poll::Ready((this.id, Some(outcome))),
-            Err(_) => Poll::Ready((this.id, None)),
+            Ok(Poll::Ready(outcome)) => Poll::Ready((this.id, Some(outcome), this.sent_at)),
+            Err(_) => Poll::Ready((this.id, None, this.sent_at)),
         }
     }
 }
@@ -154,7 +163,7 @@ impl Future for Sending {
 enum Event {
     Command(Option<Command>),
     Timer(u64),
-    Sent(u64, Option<RenewOutcome>),
+    Sent(u64, Option<RenewOutcome>, Instant),
 }
 
 /// The watchdog's task: every kept lease, one timer wheel, the renewals in flight.
@@ -166,10 +175,16 @@ struct Keeper {
     /// Leases whose renewal is due and waits for a send slot, in the order they came due.
     ready: VecDeque<u64>,
     sending: FuturesUnordered<Sending>,
+    /// How long renewals take, and how busy the task is: its capacity, for admission.
+    meter: Meter,
 }
 
 impl Keeper {
-    fn new(settings: KeepAliveSettings, commands: mpsc::UnboundedReceiver<Command>) -> Self {
+    fn new(
+        settings: KeepAliveSettings,
+        commands: mpsc::UnboundedReceiver<Command>,
+        meter: Meter,
+    ) -> Self {
         Self {
             settings,
             commands,
@@ -177,6 +192,7 @@ impl Keeper {
             timers: DelayQueue::new(),
             ready: VecDeque::new(),
             sending: FuturesUnordered::new(),
+            meter,
         }
     }
 
@@ -191,7 +207,11 @@ impl Keeper {
             // Every sender is gone, so every lease was stopped: nothing is left to keep.
             Event::Command(None) => return false,
             Event::Timer(id) => self.timer_fired(id),
-            Event::Sent(id, outcome) => self.sent(id, outcome),
+            Event::Sent(id, outcome, sent_at) => {
+                let now = Instant::now();
+                self.meter.answered(now.duration_since(sent_at), now);
+                self.sent(id, outcome);
+            }
         }
         self.send_due();
         true
@@ -203,8 +223,8 @@ impl Keeper {
         if let Poll::Ready(command) = self.commands.poll_recv(cx) {
             return Poll::Ready(Event::Command(command));
         }
-        if let Poll::Ready(Some((id, outcome))) = self.sending.poll_next_unpin(cx) {
-            return Poll::Ready(Event::Sent(id, outcome));
+        if let Poll::Ready(Some((id, outcome, sent_at))) = self.sending.poll_next_unpin(cx) {
+            return Poll::Ready(Event::Sent(id, outcome, sent_at));
         }
         if let Poll::Ready(Some(expired)) = self.timers.poll_expired(cx) {
             return Poll::Ready(Event::Timer(expired.into_inner()));
@@ -345,6 +365,7 @@ impl Keeper {
             self.sending.push(Sending {
                 id,
                 renewal: Arc::clone(&entry.lease).renew(),
+                sent_at: Instant::now(),
             });
         }
     }
@@ -445,7 +466,8 @@ mod tests {
     async fn the_ids_of_leases_stopped_while_queued_do_not_pile_up() {
         let settings = KeepAliveSettings::default().with_max_in_flight(1).unwrap();
         let (commands, received) = mpsc::unbounded_channel();
-        let mut keeper = Keeper::new(settings, received);
+        let meter = Meter::new(Arc::default(), 1, Arc::default());
+        let mut keeper = Keeper::new(settings, received, meter);
         let keep = |id| Command::Keep {
             id,
             lease: hanging(),

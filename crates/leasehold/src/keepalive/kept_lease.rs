@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::keeper::Runner;
+use super::load::Demand;
 use super::schedule::release_reason;
 use super::signal::{LossReason, LossSignal};
 use crate::backend::LeaseBackend;
@@ -23,18 +24,20 @@ pub(super) struct Registration {
     signal: LossSignal,
     runner: Arc<Runner>,
     _slot: OwnedSemaphorePermit,
+    _demand: Demand,
     _kept: Gauged,
 }
 
 impl Registration {
-    /// Makes the registration of lease `id`, which holds `slot` of the watchdog's leases;
-    /// `stopped` if the task never heard of it (its signal fired before it could be kept).
+    /// Makes the registration of lease `id`, which holds `slot` of the watchdog's leases and
+    /// its share of their `demand`; `stopped` if the task never heard of it (its signal fired
+    /// before it could be kept).
     pub(super) fn new(
         id: u64,
         stopped: bool,
         signal: LossSignal,
         runner: Arc<Runner>,
-        slot: OwnedSemaphorePermit,
+        (slot, demand): (OwnedSemaphorePermit, Demand),
     ) -> Self {
         Self {
             id,
@@ -42,6 +45,7 @@ impl Registration {
             signal,
             runner,
             _slot: slot,
+            _demand: demand,
             _kept: Gauged::kept(),
         }
     }

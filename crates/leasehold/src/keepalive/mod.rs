@@ -55,6 +55,7 @@
 // and the task that keeps the leases.
 mod keeper;
 mod kept_lease;
+mod load;
 mod not_kept;
 mod schedule;
 mod scoped;

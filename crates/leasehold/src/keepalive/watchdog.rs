@@ -2,12 +2,14 @@
 //! under them.
 
 use std::future::Future;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::Semaphore;
 
 use super::keeper::{Runner, loss_at_margin};
 use super::kept_lease::{KeptLease, Registration};
+use super::load::{self, Load};
 use super::not_kept::NotKept;
 use super::scoped::{Scoped, Uncovered};
 use super::settings::KeepAliveSettings;
@@ -27,6 +29,10 @@ pub struct Watchdog {
     settings: KeepAliveSettings,
     slots: Arc<Semaphore>,
     runner: Arc<Mutex<Option<Arc<Runner>>>>,
+    /// The renewals its leases need, and how many it measured it can confirm.
+    load: Arc<Load>,
+    /// Its task's polling time, in nanoseconds, which the task measures its rate by.
+    busy: Arc<AtomicU64>,
 }
 
 impl Default for Watchdog {
@@ -42,7 +48,23 @@ impl Watchdog {
             settings,
             slots: Arc::new(Semaphore::new(settings.max_leases())),
             runner: Arc::new(Mutex::new(None)),
+            load: Arc::default(),
+            busy: Arc::default(),
         }
+    }
+
+    /// Returns the renewals per second the leases it keeps need (one per cadence each).
+    pub fn renewals_needed(&self) -> f64 {
+        self.load.demand()
+    }
+
+    /// Returns the renewals per second it has measured it can confirm, once it has renewed
+    /// enough to measure (a second with at least 64 renewals): the lesser of its send slots
+    /// over the time a renewal takes, and its task's own rate, smoothed over windows. A
+    /// [`renewals_needed`](Self::renewals_needed) near it means renewals will start to come
+    /// late.
+    pub fn renewal_capacity(&self) -> Option<f64> {
+        self.load.capacity()
     }
 
     /// Returns the settings.
@@ -84,6 +106,9 @@ impl Watchdog {
             );
             return Err(NotKept::new(error, handle));
         };
+        let demand = self.load.enter(load::demand_of(
+            self.settings.schedule(handle.ttl()).cadence,
+        ));
         let runner = self.runner();
         let id = runner.next_id();
         let signal = LossSignal::for_lease(handle.purpose(), handle.resource(), handle.fence());
@@ -106,7 +131,7 @@ impl Watchdog {
         };
         Ok(KeptLease::new(
             handle,
-            Registration::new(id, stopped, signal, runner, slot),
+            Registration::new(id, stopped, signal, runner, (slot, demand)),
         ))
     }
 
@@ -117,7 +142,7 @@ impl Watchdog {
         if let Some(runner) = current.as_ref().filter(|r| r.is_running()) {
             return Arc::clone(runner);
         }
-        let runner = Arc::new(Runner::start(self.settings));
+        let runner = Arc::new(Runner::start(self.settings, &self.load, &self.busy));
         *current = Some(Arc::clone(&runner));
         runner
     }
