@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_redis::leasehold::{FenceToken, LockError, LossReason, ReleaseOutcome};
 use leasehold_redis::{RedisBackend, RedisLeases};
+use test_support::overlap::{self, Hold as _};
 use test_support::{RedisSentinel, sentinel::SERVICE};
 
 /// The one resource every holder loops on.
@@ -93,14 +94,18 @@ struct Hold {
     release: ReleaseOutcome,
 }
 
-impl Hold {
-    /// Whether the holder was told its work may not have been covered.
-    fn told(&self) -> bool {
-        self.lost.is_some() || self.release != ReleaseOutcome::Released
+impl overlap::Hold for Hold {
+    fn fence(&self) -> u64 {
+        self.fence.get()
     }
 
     fn overlaps(&self, other: &Hold) -> bool {
         self.granted < other.ended && other.granted < self.ended
+    }
+
+    /// The signal fired during the hold, or the release said anything but `Released`.
+    fn told(&self) -> bool {
+        self.lost.is_some() || self.release != ReleaseOutcome::Released
     }
 }
 
@@ -344,37 +349,14 @@ async fn holders_through_failovers(test: &str, gate: Option<Duration>) {
     let holds = tally.holds.lock().unwrap().clone();
     let not_acquired = tally.not_acquired.lock().unwrap().clone();
     let told = holds.iter().filter(|h| h.told()).count();
-    let mut overlapping = 0;
-    let mut older_told = 0;
-    // Both were told their work was covered (as issue 34 saw): a subset of the violations.
-    let mut neither_told = 0;
-    let mut same_fence = 0;
-    let mut violations = Vec::new();
-    for (a, first) in holds.iter().enumerate() {
-        for second in &holds[a + 1..] {
-            if !first.overlaps(second) {
-                continue;
-            }
-            if first.fence == second.fence {
-                same_fence += 1;
-                continue;
-            }
-            overlapping += 1;
-            let (older, newer) = if first.fence < second.fence {
-                (first, second)
-            } else {
-                (second, first)
-            };
-            if older.told() {
-                older_told += 1;
-            } else {
-                if !newer.told() {
-                    neither_told += 1;
-                }
-                violations.push((older, newer));
-            }
-        }
-    }
+    let overlap::Overlaps {
+        overlapping,
+        older_told,
+        // Both were told their work was covered (as issue 34 saw): a subset of the violations.
+        neither_told,
+        same_fence,
+        violations,
+    } = overlap::check(&holds);
     let releases = holds.iter().fold(BTreeMap::new(), |mut kinds, h| {
         *kinds.entry(h.release.kind()).or_insert(0usize) += 1;
         kinds

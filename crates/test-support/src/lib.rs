@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod overlap;
 pub mod proxy;
 pub mod sentinel;
 pub mod tls;

@@ -18,6 +18,7 @@
 use super::*;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use test_support::overlap::{self, Hold as _};
 use test_support::{RedisSentinel, sentinel::SERVICE};
 
 const RESOURCE: &str = "issue-34-cli";
@@ -50,13 +51,18 @@ struct CommandRun {
     exit: i32,
 }
 
-impl CommandRun {
-    fn told(&self) -> bool {
-        self.exit == 70
+impl overlap::Hold for CommandRun {
+    fn fence(&self) -> u64 {
+        self.fence
     }
 
     fn overlaps(&self, other: &CommandRun) -> bool {
         self.started < other.ended && other.started < self.ended
+    }
+
+    /// `run` exited 70.
+    fn told(&self) -> bool {
+        self.exit == 70
     }
 }
 
@@ -204,33 +210,13 @@ fn overlapping_runs_through_forced_failovers_the_older_exited_70() {
     let runs = runs.into_inner().unwrap();
     let exits = exits.into_inner().unwrap();
     let told = runs.iter().filter(|r| r.told()).count();
-    let (mut overlapping, mut older_told, mut neither_told, mut same_fence) = (0, 0, 0, 0);
-    let mut violations = Vec::new();
-    for (a, first) in runs.iter().enumerate() {
-        for second in &runs[a + 1..] {
-            if !first.overlaps(second) {
-                continue;
-            }
-            if first.fence == second.fence {
-                same_fence += 1;
-                continue;
-            }
-            overlapping += 1;
-            let (older, newer) = if first.fence < second.fence {
-                (first, second)
-            } else {
-                (second, first)
-            };
-            if older.told() {
-                older_told += 1;
-            } else {
-                if !newer.told() {
-                    neither_told += 1;
-                }
-                violations.push((older.clone(), newer.clone()));
-            }
-        }
-    }
+    let overlap::Overlaps {
+        overlapping,
+        older_told,
+        neither_told,
+        same_fence,
+        violations,
+    } = overlap::check(&runs);
     let failover_ms: Vec<u128> = took.iter().map(|(f, _)| f.as_millis()).collect();
     let settle_ms: Vec<u128> = took.iter().map(|(_, s)| s.as_millis()).collect();
     eprintln!(
