@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_redis::leasehold::{FenceToken, LockError, LossReason, ReleaseOutcome};
 use leasehold_redis::{RedisBackend, RedisLeases};
-use test_support::overlap::{self, Hold as _};
+use test_support::overlap::{self, Hold as _, failovers};
 use test_support::{RedisSentinel, sentinel::SERVICE};
 
 /// The one resource every holder loops on.
@@ -67,17 +67,6 @@ const NEXT_HOLD_WITHIN: Duration = Duration::from_secs(10);
 
 /// The two tests would compete for the machine's cores: one at a time within a process.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Failovers per test: `LEASEHOLD_FAILOVER_HOLDERS_FAILOVERS`, or 20.
-fn failovers() -> usize {
-    const VAR: &str = "LEASEHOLD_FAILOVER_HOLDERS_FAILOVERS";
-    match std::env::var(VAR) {
-        Ok(value) => value
-            .parse()
-            .unwrap_or_else(|_| panic!("{VAR}={value:?} is not a count")),
-        Err(_) => 20,
-    }
-}
 
 /// One hold of the lease by one holder.
 #[derive(Debug, Clone)]

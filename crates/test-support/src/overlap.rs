@@ -2,6 +2,21 @@
 //! fences that overlapped in time, the older (the smaller fence) must have been told that its
 //! work may not have been covered.
 
+/// Failovers per campaign: `LEASEHOLD_FAILOVER_HOLDERS_FAILOVERS`, or 20.
+///
+/// # Panics
+///
+/// If the variable is set to something other than a count.
+pub fn failovers() -> usize {
+    const VAR: &str = "LEASEHOLD_FAILOVER_HOLDERS_FAILOVERS";
+    match std::env::var(VAR) {
+        Ok(value) => value
+            .parse()
+            .unwrap_or_else(|_| panic!("{VAR}={value:?} is not a count")),
+        Err(_) => 20,
+    }
+}
+
 /// One hold of a lease, as a test recorded it.
 pub trait Hold {
     /// The grant's fence.

@@ -18,7 +18,7 @@
 use super::*;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use test_support::overlap::{self, Hold as _};
+use test_support::overlap::{self, Hold as _, failovers};
 use test_support::{RedisSentinel, sentinel::SERVICE};
 
 const RESOURCE: &str = "issue-34-cli";
@@ -29,16 +29,6 @@ const HOLDERS: usize = 4;
 /// How long the test waits, after each settled failover, for one more run to finish before it
 /// forces the next failover anyway (pacing only: never asserted).
 const NEXT_RUN_WITHIN: Duration = Duration::from_secs(10);
-
-fn failovers() -> usize {
-    const VAR: &str = "LEASEHOLD_FAILOVER_HOLDERS_FAILOVERS";
-    match std::env::var(VAR) {
-        Ok(value) => value
-            .parse()
-            .unwrap_or_else(|_| panic!("{VAR}={value:?} is not a count")),
-        Err(_) => 20,
-    }
-}
 
 /// One run whose command started.
 #[derive(Debug, Clone)]
