@@ -6,13 +6,17 @@ use super::*;
 /// grant is on the server.
 fn run_until_go(server: &RedisServer, scratch: &Scratch) -> Running {
     let mut command = leasehold(&server.url());
-    command
-        .args(["run", "r", "--ttl", "30s", "--"])
-        .args(scratch.sh(r#"while [ ! -e "$D/go" ]; do sleep 0.01; done; exit 3"#));
+    command.args(["run", "r", "--ttl", "30s", "--"]).args(
+        scratch.sh(r#": > "$D/started"; while [ ! -e "$D/go" ]; do sleep 0.01; done; exit 3"#),
+    );
     let running = Running::start(command);
-    wait_until("the grant", || {
-        (server.cmd(&["EXISTS", &lease_key("r")]) == Reply::Int(1)).then_some(())
+    // The command has started, so `run` had the grant's reply: a key on the server alone is
+    // not enough (a test that then restarts Redis would lose the reply, and the acquire would
+    // be unknown, not held).
+    wait_until("the command started", || {
+        scratch.path("started").exists().then_some(())
     });
+    assert_eq!(server.cmd(&["EXISTS", &lease_key("r")]), Reply::Int(1));
     running
 }
 
