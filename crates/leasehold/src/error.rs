@@ -33,6 +33,11 @@ pub enum ErrorKind {
     Entropy,
     /// The watchdog already keeps as many leases as it was built for.
     WatchdogFull,
+    /// The watchdog's leases already need as many renewals per second as it admits: three
+    /// quarters of the capacity it measured (or assumed, before it has measured). Keeping
+    /// more would risk losing leases it already keeps; try again later, or on another
+    /// process.
+    WatchdogOverloaded,
 }
 
 /// Input refused before any I/O, or a local resource (entropy) that was not available.
@@ -65,7 +70,10 @@ impl Error {
     /// Returns true if and only if the input itself was refused (as opposed to a local
     /// resource being unavailable); retrying the same input will fail the same way.
     pub fn is_invalid_input(&self) -> bool {
-        !matches!(self.kind, ErrorKind::Entropy | ErrorKind::WatchdogFull)
+        !matches!(
+            self.kind,
+            ErrorKind::Entropy | ErrorKind::WatchdogFull | ErrorKind::WatchdogOverloaded
+        )
     }
 }
 
@@ -84,6 +92,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::InvalidRecordName => "invalid record name",
             ErrorKind::Entropy => "no entropy",
             ErrorKind::WatchdogFull => "watchdog full",
+            ErrorKind::WatchdogOverloaded => "watchdog overloaded",
         };
         f.write_str(text)
     }

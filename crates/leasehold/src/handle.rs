@@ -80,6 +80,9 @@ pub(crate) struct Shared<B: LeaseBackend> {
     drift: Duration,
     /// When the grant's acquire was sent: where its hold time starts.
     granted_at: MonotonicInstant,
+    /// How long the grant's acquire took from send to answer (a watchdog's first estimate of
+    /// how long a renewal will take).
+    granted_in: Duration,
     core: Mutex<Core>,
     /// Renewals hold it shared across their send; a release takes it exclusively before it
     /// sends, so no renewal is ever sent after a release was (see `release`).
@@ -256,7 +259,8 @@ impl<B: LeaseBackend> LeaseHandle<B> {
             server_expiry,
             release_started: false,
         };
-        core.observe(clock.now());
+        let now = clock.now();
+        core.observe(now);
         Self {
             shared: Arc::new(Shared {
                 backend,
@@ -264,10 +268,16 @@ impl<B: LeaseBackend> LeaseHandle<B> {
                 grant,
                 drift,
                 granted_at: sent_at,
+                granted_in: now.saturating_duration_since(sent_at),
                 core: Mutex::new(core),
                 sends: tokio::sync::RwLock::new(()),
             }),
         }
+    }
+
+    /// How long the grant's acquire took from send to answer.
+    pub(crate) fn granted_in(&self) -> Duration {
+        self.shared.granted_in
     }
 
     /// Returns another handle on the same grant's state. Crate-private: a handle given out

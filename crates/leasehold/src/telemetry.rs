@@ -72,6 +72,13 @@ pub mod names {
     /// with several): the lesser of its send slots over the time a renewal takes and its
     /// task's own rate. Alert before the demand gauge comes near it.
     pub const KEEPALIVE_CAPACITY: &str = "leasehold_keepalive_renewal_capacity_per_second";
+    /// Gauge: the renewals per second a watchdog admits leases up to (the last to measure):
+    /// three quarters of its measured capacity. Leases beyond it are refused up front.
+    pub const KEEPALIVE_ADMISSION_LIMIT: &str =
+        "leasehold_keepalive_admission_limit_renewals_per_second";
+    /// Counter: leases a watchdog refused to keep because their renewals would pass its
+    /// admission limit (`WatchdogOverloaded`).
+    pub const KEEPALIVE_REFUSED: &str = "leasehold_keepalive_refused_total";
     /// Gauge: elections this process leads now, by `purpose` (client-go's leader gauge).
     pub const LEADING: &str = "leasehold_election_leading";
     /// Gauge: Redis commands this process has in flight (the backend's in-flight limit
@@ -270,12 +277,21 @@ pub(crate) fn keepalive_demand(renewals_per_second: f64) {
     let _ = renewals_per_second;
 }
 
-/// Sets the capacity gauge to what a watchdog measured.
-pub(crate) fn keepalive_capacity(renewals_per_second: f64) {
+/// Sets the capacity and admission-limit gauges to what a watchdog measured.
+pub(crate) fn keepalive_capacity(renewals_per_second: f64, admission_limit: f64) {
     #[cfg(feature = "metrics")]
-    metrics::gauge!(names::KEEPALIVE_CAPACITY).set(renewals_per_second);
+    {
+        metrics::gauge!(names::KEEPALIVE_CAPACITY).set(renewals_per_second);
+        metrics::gauge!(names::KEEPALIVE_ADMISSION_LIMIT).set(admission_limit);
+    }
     #[cfg(not(feature = "metrics"))]
-    let _ = renewals_per_second;
+    let _ = (renewals_per_second, admission_limit);
+}
+
+/// Counts a lease a watchdog refused for its load.
+pub(crate) fn keepalive_refused() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(names::KEEPALIVE_REFUSED).increment(1);
 }
 
 /// Counts itself in a gauge while it lives: a waiting acquire, a kept lease, a term led.

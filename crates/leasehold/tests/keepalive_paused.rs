@@ -823,3 +823,120 @@ async fn a_panicking_backend_stops_only_its_own_leases() {
     assert_eq!(healthy.release().await, ReleaseOutcome::Released);
     assert_eq!(broken.release().await, ReleaseOutcome::Released);
 }
+
+/// Asks `watchdog` to keep `count` more leases of `world`, all at one instant (one renewal a
+/// second each), against a server that answers each command in 10 ms; returns those it kept,
+/// and how many it refused for its load (released).
+async fn keep_many(
+    world: &World,
+    watchdog: &Watchdog,
+    from: usize,
+    count: usize,
+) -> (Vec<leasehold::KeptLease<SimBackend>>, usize) {
+    // Acquired without delay, so that no time passes between the first keep and the last.
+    world.backend().clear_faults();
+    let mut handles = Vec::new();
+    for i in from..from + count {
+        handles.push(world.acquire(&format!("r{i}")).await);
+    }
+    world
+        .backend()
+        .inject_many(Fault::DelayReply(ms(10)), 100_000);
+    let (mut kept, mut refused) = (Vec::new(), Vec::new());
+    for handle in handles {
+        match watchdog.keep(handle) {
+            Ok(lease) => kept.push(lease),
+            Err(not_kept) => {
+                let (error, handle) = not_kept.into_parts();
+                assert_eq!(error.kind(), ErrorKind::WatchdogOverloaded, "{error}");
+                refused.push(handle);
+            }
+        }
+    }
+    let refusals = refused.len();
+    let released = futures_util::future::join_all(refused.iter().map(|h| h.release())).await;
+    assert!(released.iter().all(|r| *r == ReleaseOutcome::Released));
+    (kept, refusals)
+}
+
+/// A watchdog with 4 renewals in flight against a server that answers each in 10 ms (see
+/// [`keep_many`]) can confirm 400 renewals a second; leases of TTL 3 s need one a second each.
+fn slow_watchdog(assumed_capacity: u32) -> Watchdog {
+    Watchdog::new(
+        KeepAliveSettings::default()
+            .with_max_in_flight(4)
+            .unwrap()
+            .with_assumed_capacity(assumed_capacity)
+            .unwrap(),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watchdog_asked_for_far_more_than_it_can_keep_refuses_the_rest_and_loses_none() {
+    let world = World::new(COMMAND_TIMEOUT);
+    // Until it has measured, it admits three quarters of the 100 a second it assumes.
+    let watchdog = slow_watchdog(100);
+    assert_eq!(watchdog.admission_limit(), 75.0);
+    let (mut kept, refused_first) = keep_many(&world, &watchdog, 0, 1_000).await;
+    assert_eq!((kept.len(), refused_first), (75, 925));
+    // Its renewals measure its capacity: 4 slots over 10 ms each. It then admits 300.
+    sleep(ms(3_000)).await;
+    assert_eq!(watchdog.renewal_capacity(), Some(400.0));
+    assert_eq!(watchdog.admission_limit(), 300.0);
+    let (more, refused_then) = keep_many(&world, &watchdog, 1_000, 1_000).await;
+    assert_eq!((more.len(), refused_then), (225, 775));
+    kept.extend(more);
+    assert_eq!(watchdog.renewals_needed(), 300.0);
+    // Ten cadences later, none of the 300 it took on is lost.
+    sleep(ms(10_000)).await;
+    let lost: Vec<_> = kept.iter().filter_map(|k| k.signal().reason()).collect();
+    assert!(lost.is_empty(), "{} lost: {lost:?}", lost.len());
+    // Everything it took on was renewed all along: released, every grant is still its own.
+    for k in kept {
+        assert_eq!(k.release().await, ReleaseOutcome::Released);
+    }
+    assert_eq!(watchdog.renewals_needed(), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_same_watchdog_made_to_take_them_all_loses_leases() {
+    // The control: told it can confirm 10,000 a second, it takes on all 1,000 and then
+    // cannot renew them in time (a round takes 2.5 s against a margin point at 2.36 s, and
+    // the rounds fall further behind).
+    let world = World::new(COMMAND_TIMEOUT);
+    let watchdog = slow_watchdog(10_000);
+    let (kept, refused) = keep_many(&world, &watchdog, 0, 1_000).await;
+    assert_eq!((kept.len(), refused), (1_000, 0));
+    sleep(ms(10_000)).await;
+    let lost = kept.iter().filter(|k| k.signal().is_lost()).count();
+    assert!(lost > 300, "only {lost} of 1,000 lost");
+    // Having measured, it now refuses what it cannot keep.
+    assert!(watchdog.renewal_capacity().is_some_and(|c| c <= 400.0));
+    let (_, refused) = keep_many(&world, &watchdog, 1_000, 1).await;
+    assert_eq!(refused, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_one_call_lock_refuses_a_lease_its_watchdog_would_be_overloaded_by_and_releases_it() {
+    // A watchdog that admits 0.75 renewals a second: a lease of TTL 3 s (one a second) is
+    // taken on only while it keeps nothing else.
+    let world = World::new(COMMAND_TIMEOUT);
+    let client = world.client.clone().with_keep_alive(
+        KeepAliveSettings::default()
+            .with_assumed_capacity(1)
+            .unwrap(),
+    );
+    let first = client.lock("a").ttl(TTL).await.expect("the first is kept");
+    match client.lock("b").ttl(TTL).await {
+        Err(leasehold::LockError::Refused(error)) => {
+            assert_eq!(error.kind(), ErrorKind::WatchdogOverloaded);
+            assert!(!error.is_invalid_input(), "{error}");
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+    // The refused lease was released at once: another caller takes it without waiting.
+    let other = LeaseClient::new(world.server.connect(COMMAND_TIMEOUT)).with_clock(world.clock);
+    let b = other.lock("b").ttl(TTL).await.expect("b was released");
+    assert_eq!(b.release().await, ReleaseOutcome::Released);
+    assert_eq!(first.release().await, ReleaseOutcome::Released);
+}

@@ -466,7 +466,7 @@ mod tests {
     async fn the_ids_of_leases_stopped_while_queued_do_not_pile_up() {
         let settings = KeepAliveSettings::default().with_max_in_flight(1).unwrap();
         let (commands, received) = mpsc::unbounded_channel();
-        let meter = Meter::new(Arc::default(), 1, Arc::default());
+        let meter = Meter::new(Arc::new(Load::new(1, 1)), 1, Arc::default());
         let mut keeper = Keeper::new(settings, received, meter);
         let keep = |id| Command::Keep {
             id,

@@ -11,9 +11,17 @@
 //!   when the one task that keeps every lease is the bottleneck (issue 34: 400,000 leases of
 //!   3 s lost up to 120,287 with the machine 20 % idle).
 //!
-//! Both show in metrics and on the [`Watchdog`](super::Watchdog). Admission by them (refusing
-//! a lease whose need would pass the capacity) is issue 34's next step: what to admit before
-//! the first measurement is not settled yet.
+//! A watchdog *admits* a lease only if the demand with it stays within three quarters of the
+//! capacity. Before the first measurement the capacity is estimated as the lesser of what its
+//! settings assume and its send slots over the mean round trip of the acquires that granted
+//! the leases it was given (the same server, over the same connection): a process
+//! asked to keep more than it can renew in time refuses the extra leases up front
+//! ([`ErrorKind::WatchdogOverloaded`](crate::ErrorKind::WatchdogOverloaded)) instead of losing
+//! leases it already keeps. A watchdog that keeps nothing admits any one lease, so that an old
+//! measurement never locks it out: its renewals measure again.
+//!
+//! Demand, capacity and the admission limit show in metrics and on the
+//! [`Watchdog`](super::Watchdog).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +35,9 @@ type MilliHz = u64;
 const WINDOW: Duration = Duration::from_secs(1);
 /// Fewer renewals than this in a window say too little to measure by.
 const MIN_RENEWALS: u64 = 64;
+/// The share of the capacity admitted, as a fraction: three quarters, so that renewals that
+/// come due together, and a window that measured high, still leave room.
+const ADMITTED: (u64, u64) = (3, 4);
 
 /// The renewals a lease needs per second: one every `cadence`.
 pub(super) fn demand_of(cadence: Duration) -> MilliHz {
@@ -39,22 +50,109 @@ pub(super) fn demand_of(cadence: Duration) -> MilliHz {
 }
 
 /// A watchdog's demand and measured capacity, shared by its `keep` and its task.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Load {
     demand: AtomicU64,
     /// 0 until the task has measured a window.
     capacity: AtomicU64,
+    /// The capacity assumed until one is measured.
+    assumed: MilliHz,
+    max_in_flight: u64,
+    /// The acquire round trips of the leases offered so far, in nanoseconds, and how many:
+    /// what a renewal will take, until renewals are measured.
+    acquired_in: AtomicU64,
+    acquires: AtomicU64,
+}
+
+/// Why a lease was not admitted: the demand and the limit it would have passed, in renewals
+/// per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Overload {
+    pub(super) demand: f64,
+    pub(super) need: f64,
+    pub(super) limit: f64,
+    /// Whether the limit comes from a measurement (or from the assumed capacity).
+    pub(super) measured: bool,
 }
 
 impl Load {
-    /// Counts a lease that needs `need` in the demand, until the returned share is dropped.
-    pub(super) fn enter(self: &Arc<Self>, need: MilliHz) -> Demand {
-        self.demand.fetch_add(need, Ordering::Relaxed);
-        crate::telemetry::keepalive_demand(need as f64 / 1000.0);
-        Demand {
-            load: Arc::clone(self),
-            need,
+    /// A load with nothing kept, for a watchdog with `max_in_flight` send slots, assuming
+    /// `assumed` renewals per second at most until it measures.
+    pub(super) fn new(assumed: u32, max_in_flight: usize) -> Self {
+        Self {
+            demand: AtomicU64::new(0),
+            capacity: AtomicU64::new(0),
+            assumed: u64::from(assumed) * 1000,
+            max_in_flight: u64::try_from(max_in_flight).unwrap_or(u64::MAX),
+            acquired_in: AtomicU64::new(0),
+            acquires: AtomicU64::new(0),
         }
+    }
+
+    /// Counts a lease that needs `need`, granted by an acquire that took `acquired_in`, in the
+    /// demand, until the returned share is dropped, if the demand with it stays within the
+    /// admission limit, or nothing else is kept.
+    pub(super) fn admit(
+        self: &Arc<Self>,
+        need: MilliHz,
+        acquired_in: Duration,
+    ) -> Result<Demand, Overload> {
+        let nanos = u64::try_from(acquired_in.as_nanos()).unwrap_or(u64::MAX);
+        self.acquired_in.fetch_add(nanos, Ordering::Relaxed);
+        self.acquires.fetch_add(1, Ordering::Relaxed);
+        let limit = self.limit();
+        let admitted = self
+            .demand
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |demand| {
+                let with = demand.saturating_add(need);
+                (demand == 0 || with <= limit).then_some(with)
+            });
+        match admitted {
+            Ok(_) => {
+                crate::telemetry::keepalive_demand(need as f64 / 1000.0);
+                Ok(Demand {
+                    load: Arc::clone(self),
+                    need,
+                })
+            }
+            Err(demand) => {
+                crate::telemetry::keepalive_refused();
+                Err(Overload {
+                    demand: demand as f64 / 1000.0,
+                    need: need as f64 / 1000.0,
+                    limit: limit as f64 / 1000.0,
+                    measured: self.capacity().is_some(),
+                })
+            }
+        }
+    }
+
+    /// The demand admitted at most: three quarters of the capacity measured, or estimated.
+    fn limit(&self) -> MilliHz {
+        let capacity = match self.capacity.load(Ordering::Relaxed) {
+            0 => self.assumed.min(self.by_acquires()),
+            measured => measured,
+        };
+        capacity / ADMITTED.1 * ADMITTED.0
+    }
+
+    /// The send slots over the mean acquire round trip (Little's law, as for renewals).
+    fn by_acquires(&self) -> MilliHz {
+        let (nanos, acquires) = (
+            self.acquired_in.load(Ordering::Relaxed),
+            self.acquires.load(Ordering::Relaxed),
+        );
+        if nanos == 0 || acquires == 0 {
+            return MilliHz::MAX;
+        }
+        // slots / (nanos / acquires / 1e9) per second, in thousandths.
+        let millihz = self.max_in_flight as f64 * acquires as f64 * 1e12 / nanos as f64;
+        millihz.min(u64::MAX as f64) as u64
+    }
+
+    /// Returns the admission limit, in renewals per second.
+    pub(super) fn admission_limit(&self) -> f64 {
+        self.limit() as f64 / 1000.0
     }
 
     /// Records a measured capacity: half the last measurement and half this one, so that one
@@ -67,7 +165,7 @@ impl Load {
             last / 2 + capacity / 2
         };
         self.capacity.store(smoothed.max(1), Ordering::Relaxed);
-        crate::telemetry::keepalive_capacity(smoothed as f64 / 1000.0);
+        crate::telemetry::keepalive_capacity(smoothed as f64 / 1000.0, self.admission_limit());
     }
 
     /// Returns the capacity last measured, in renewals per second (`None` until measured).
@@ -203,8 +301,10 @@ mod tests {
 
     #[test]
     fn the_demand_counts_kept_leases_and_the_capacity_is_smoothed() {
-        let load = Arc::new(Load::default());
-        let kept: Vec<_> = (0..4).map(|_| load.enter(1_500)).collect();
+        let load = Arc::new(Load::new(20_000, 256));
+        let kept: Vec<_> = (0..4)
+            .map(|_| load.admit(1_500, Duration::ZERO).unwrap())
+            .collect();
         assert_eq!(load.demand(), 6.0);
         drop(kept);
         assert_eq!(load.demand(), 0.0);
@@ -216,9 +316,61 @@ mod tests {
         assert_eq!(load.capacity(), Some(2_000.0));
     }
 
+    #[test]
+    fn leases_are_admitted_up_to_three_quarters_of_the_capacity_assumed_then_measured() {
+        // Assumed 8 renewals a second: 6 admitted, of one a second each.
+        let load = Arc::new(Load::new(8, 256));
+        let admit = |need| load.admit(need, Duration::ZERO);
+        assert_eq!(load.admission_limit(), 6.0);
+        let mut kept: Vec<_> = (0..6).map(|_| admit(1_000).unwrap()).collect();
+        let refused = admit(1_000).unwrap_err();
+        assert_eq!(
+            refused,
+            Overload {
+                demand: 6.0,
+                need: 1.0,
+                limit: 6.0,
+                measured: false
+            }
+        );
+        assert_eq!(load.demand(), 6.0, "a refusal counts nothing");
+        // A measurement of 40 a second admits up to 30.
+        load.measured(40_000);
+        kept.extend((0..24).map(|_| admit(1_000).unwrap()));
+        let refused = admit(500).unwrap_err();
+        assert!(refused.measured);
+        assert_eq!((refused.demand, refused.limit), (30.0, 30.0));
+        // Letting one go makes room for it again.
+        kept.pop();
+        kept.push(admit(1_000).unwrap());
+        // A watchdog that keeps nothing admits any one lease, however much it needs.
+        drop(kept);
+        let alone = admit(1_000_000).unwrap();
+        assert!(admit(1).is_err());
+        drop(alone);
+        assert_eq!(load.demand(), 0.0);
+    }
+
+    #[test]
+    fn before_it_measures_a_slow_server_is_seen_in_the_acquires_round_trips() {
+        // 256 slots; acquires answered in 50 ms: 5,120 renewals a second at most, below the
+        // 20,000 assumed, so 3,840 admitted.
+        let load = Arc::new(Load::new(20_000, 256));
+        let first = load.admit(1_000, Duration::from_millis(50)).unwrap();
+        assert_eq!(load.admission_limit(), 3_840.0);
+        // On a fast server the assumed capacity binds: 256 slots over 100 µs is 2,560,000.
+        let fast = Arc::new(Load::new(20_000, 256));
+        let _kept = fast.admit(1_000, Duration::from_micros(100)).unwrap();
+        assert_eq!(fast.admission_limit(), 15_000.0);
+        // A measurement replaces the estimate.
+        load.measured(100_000_000);
+        assert_eq!(load.admission_limit(), 75_000.0);
+        drop(first);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_slots_bound_the_capacity_by_how_long_a_renewal_takes() {
-        let load = Arc::new(Load::default());
+        let load = Arc::new(Load::new(20_000, 256));
         let busy = Arc::new(AtomicU64::new(0));
         let mut meter = Meter::new(Arc::clone(&load), 100, Arc::clone(&busy));
         // 200 renewals of 10 ms each over a second: 100 slots / 10 ms = 10,000 per second.

@@ -18,6 +18,7 @@ pub struct KeepAliveSettings {
     margin_divisor: u32,
     max_leases: usize,
     max_in_flight: usize,
+    assumed_capacity: u32,
 }
 
 impl Default for KeepAliveSettings {
@@ -27,6 +28,7 @@ impl Default for KeepAliveSettings {
             margin_divisor: 5,
             max_leases: 100_000,
             max_in_flight: 256,
+            assumed_capacity: 20_000,
         }
     }
 }
@@ -150,6 +152,32 @@ impl KeepAliveSettings {
         Ok(self)
     }
 
+    /// Sets the renewals per second the watchdog assumes it can confirm until it has measured
+    /// it (1 to 10,000,000; default 20,000). Like the measured capacity, it admits leases up to
+    /// three quarters of it: by default, leases needing 15,000 renewals a second (15,000 leases
+    /// of TTL 3 s, 150,000 of 30 s) before the first measurement.
+    ///
+    /// The watchdog measures its capacity from its own renewals, over a second with at least
+    /// 64 of them; until then it cannot know it, and starts from the lesser of this and its
+    /// send slots over the mean round trip of the acquires that granted its leases (which
+    /// catches a slow server, but not a slow process). The default is
+    /// a fifth of what one watchdog measured on a 2-core machine (94,000–122,000 a second,
+    /// docs/DECISIONS.md D51); set it higher only with a measurement of your own.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidSetting`] if out of range.
+    pub fn with_assumed_capacity(mut self, renewals_per_second: u32) -> Result<Self, Error> {
+        if !(1..=10_000_000).contains(&renewals_per_second) {
+            return Err(Error::new(
+                ErrorKind::InvalidSetting,
+                "assumed capacity must be 1 to 10000000 renewals per second",
+            ));
+        }
+        self.assumed_capacity = renewals_per_second;
+        Ok(self)
+    }
+
     /// The schedule of a lease of `ttl` under these settings.
     pub(super) fn schedule(&self, ttl: Duration) -> Schedule {
         Schedule::new(ttl, self.cadence_divisor, self.margin_divisor)
@@ -163,6 +191,11 @@ impl KeepAliveSettings {
     /// How many renewals the watchdog sends at once.
     pub(super) fn max_in_flight(&self) -> usize {
         self.max_in_flight
+    }
+
+    /// The renewals per second the watchdog assumes it can confirm until it has measured.
+    pub(super) fn assumed_capacity(&self) -> u32 {
+        self.assumed_capacity
     }
 }
 
@@ -223,9 +256,23 @@ mod tests {
                 max
             );
         }
+        for capacity in [0, 10_000_001] {
+            assert!(
+                defaults.with_assumed_capacity(capacity).is_err(),
+                "{capacity}"
+            );
+        }
+        for capacity in [1, 10_000_000] {
+            let settings = defaults.with_assumed_capacity(capacity).unwrap();
+            assert_eq!(settings.assumed_capacity(), capacity);
+        }
         assert_eq!(
-            (defaults.max_leases(), defaults.max_in_flight()),
-            (100_000, 256)
+            (
+                defaults.max_leases(),
+                defaults.max_in_flight(),
+                defaults.assumed_capacity()
+            ),
+            (100_000, 256, 20_000)
         );
     }
 

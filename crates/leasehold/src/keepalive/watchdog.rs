@@ -9,7 +9,7 @@ use tokio::sync::Semaphore;
 
 use super::keeper::{Runner, loss_at_margin};
 use super::kept_lease::{KeptLease, Registration};
-use super::load::{self, Load};
+use super::load::{self, Load, Overload};
 use super::not_kept::NotKept;
 use super::scoped::{Scoped, Uncovered};
 use super::settings::KeepAliveSettings;
@@ -48,7 +48,10 @@ impl Watchdog {
             settings,
             slots: Arc::new(Semaphore::new(settings.max_leases())),
             runner: Arc::new(Mutex::new(None)),
-            load: Arc::default(),
+            load: Arc::new(Load::new(
+                settings.assumed_capacity(),
+                settings.max_in_flight(),
+            )),
             busy: Arc::default(),
         }
     }
@@ -67,6 +70,17 @@ impl Watchdog {
         self.load.capacity()
     }
 
+    /// Returns the renewals per second it admits leases up to: three quarters of its
+    /// [`renewal_capacity`](Self::renewal_capacity). Until it has measured, of an estimate:
+    /// the lesser of the capacity its settings assume
+    /// ([`KeepAliveSettings::with_assumed_capacity`]) and its send slots over the mean round
+    /// trip of the acquires that granted the leases it was given. A
+    /// [`keep`](Self::keep) that would take [`renewals_needed`](Self::renewals_needed) past it
+    /// is refused.
+    pub fn admission_limit(&self) -> f64 {
+        self.load.admission_limit()
+    }
+
     /// Returns the settings.
     pub fn settings(&self) -> &KeepAliveSettings {
         &self.settings
@@ -83,7 +97,10 @@ impl Watchdog {
     /// - [`ErrorKind::InvalidSetting`] if the handle's validity after a renewal (its TTL less
     ///   its drift budget) is not more than the cadence, a retry interval and the margin
     ///   together: a failed renewal could not be retried before the signal fires;
-    /// - [`ErrorKind::WatchdogFull`] if it keeps as many leases as it may.
+    /// - [`ErrorKind::WatchdogFull`] if it keeps as many leases as it may;
+    /// - [`ErrorKind::WatchdogOverloaded`] if the renewals its leases need, with this one's,
+    ///   would pass its [`admission_limit`](Self::admission_limit): keeping it would risk the
+    ///   leases it keeps already. (A watchdog that keeps nothing admits any one lease.)
     ///
     /// # Panics
     ///
@@ -106,9 +123,11 @@ impl Watchdog {
             );
             return Err(NotKept::new(error, handle));
         };
-        let demand = self.load.enter(load::demand_of(
-            self.settings.schedule(handle.ttl()).cadence,
-        ));
+        let need = load::demand_of(self.settings.schedule(handle.ttl()).cadence);
+        let demand = match self.load.admit(need, handle.granted_in()) {
+            Ok(demand) => demand,
+            Err(overload) => return Err(NotKept::new(overloaded(overload), handle)),
+        };
         let runner = self.runner();
         let id = runner.next_id();
         let signal = LossSignal::for_lease(handle.purpose(), handle.resource(), handle.fence());
@@ -157,8 +176,8 @@ impl Watchdog {
     ///
     /// # Errors
     ///
-    /// As [`keep`](Self::keep) ([`ErrorKind::InvalidSetting`], [`ErrorKind::WatchdogFull`]),
-    /// before the work starts; the lease is released then.
+    /// As [`keep`](Self::keep) ([`ErrorKind::InvalidSetting`], [`ErrorKind::WatchdogFull`],
+    /// [`ErrorKind::WatchdogOverloaded`]), before the work starts; the lease is released then.
     ///
     /// # Cancel safety
     ///
@@ -198,4 +217,27 @@ impl Watchdog {
         };
         Ok(Scoped { result, release })
     }
+}
+
+/// The error for a lease refused for the watchdog's load.
+fn overloaded(overload: Overload) -> Error {
+    let Overload {
+        demand,
+        need,
+        limit,
+        measured,
+    } = overload;
+    let whence = if measured {
+        "measured"
+    } else {
+        "estimated until it has measured"
+    };
+    Error::new(
+        ErrorKind::WatchdogOverloaded,
+        format!(
+            "the watchdog's leases need {demand:.1} renewals per second and this one \
+             {need:.3} more, past its admission limit of {limit:.1} (three quarters of the \
+             capacity {whence})"
+        ),
+    )
 }

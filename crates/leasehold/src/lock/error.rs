@@ -29,7 +29,11 @@ pub enum LockError {
     #[error("not acquired: too many commands in flight")]
     Overloaded,
     /// Refused before any I/O (bad input, or a TTL the keep-alive cannot keep), or the
-    /// watchdog was full when the lease was granted (the lease was then released).
+    /// watchdog could not take the lease on when it was granted: full, or its leases already
+    /// need as many renewals as it admits ([`ErrorKind::WatchdogOverloaded`]). The lease was
+    /// then released.
+    ///
+    /// [`ErrorKind::WatchdogOverloaded`]: crate::ErrorKind::WatchdogOverloaded
     #[error("refused: {0}")]
     Refused(#[from] Error),
 }

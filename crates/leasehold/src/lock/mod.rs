@@ -324,8 +324,8 @@ impl<B: LeaseBackend> LeaseClient<B> {
     ///
     /// # Errors
     ///
-    /// [`LockError::Refused`] when the watchdog cannot keep the lease (it is full, or the
-    /// lease's TTL is too short for its schedule). The lease has then been released: a lease
+    /// [`LockError::Refused`] when the watchdog cannot keep the lease (it is full or
+    /// overloaded, or the lease's TTL is too short for its schedule). The lease has then been released: a lease
     /// nobody renews is never handed out.
     pub async fn guard(&self, handle: LeaseHandle<B>) -> Result<LeaseGuard<B>, LockError> {
         match self.watchdog().keep(handle) {
