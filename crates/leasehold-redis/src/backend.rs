@@ -240,7 +240,7 @@ impl RedisBackend {
                 ),
             };
             return match self.releases.send(&self.link, None, entry).await {
-                Ok((value, _)) => ReleaseCall::decode(&value)
+                Ok((value, _, _)) => ReleaseCall::decode(&value)
                     .unwrap_or_else(|e| ReleaseReply::Failed(unreadable(e))),
                 Err(failure) => ReleaseReply::Failed(failure),
             };
@@ -301,10 +301,10 @@ impl LeaseBackend for RedisBackend {
                 min_hold_in_milliseconds: request.min_hold_millis(),
                 holder_name: request.holder_name().map_or("", |name| name.as_str()),
             };
-            self.link.eval(&call, gate).await
+            self.link.eval_in_term(&call, gate).await
         };
         match reply {
-            Ok((value, confirmed)) => {
+            Ok((value, confirmed, term)) => {
                 // What the script sets on a grant: the TTL, or the minimum hold if longer.
                 let granted_ttl = std::time::Duration::from_millis(
                     request.ttl_millis().max(request.min_hold_millis()),
@@ -315,6 +315,12 @@ impl LeaseBackend for RedisBackend {
                         if !replicated(gate, confirmed) =>
                     {
                         AcquireReply::Failed(not_replicated(gate, confirmed))
+                    }
+                    Ok(AcquireReply::Granted(grant)) => {
+                        AcquireReply::Granted(grant.with_term(term))
+                    }
+                    Ok(AcquireReply::Replayed(grant)) => {
+                        AcquireReply::Replayed(grant.with_term(term))
                     }
                     Ok(reply) => reply,
                     Err(e) => AcquireReply::Failed(unreadable(e)),
@@ -346,13 +352,14 @@ impl LeaseBackend for RedisBackend {
                 ttl_in_milliseconds: grant.ttl_millis(),
             }],
         };
-        let mut replies = renewals::run(&self.link, gate, &call).await;
-        replies.pop().unwrap_or_else(|| {
+        let (mut replies, term) = renewals::run(&self.link, gate, &call).await;
+        let reply = replies.pop().unwrap_or_else(|| {
             RenewReply::Failed(unreadable(decode::unexpected_reply(
                 "renew",
                 &redis::Value::Nil,
             )))
-        })
+        });
+        renewals::in_term(reply, grant.term(), term)
     }
 
     async fn release(&self, grant: &Grant) -> ReleaseReply {

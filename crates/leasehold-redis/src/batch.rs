@@ -46,9 +46,9 @@ use crate::settings::ReplicationGate;
 /// The most entries one command carries.
 pub(crate) const MAX_BATCH: usize = 64;
 
-/// What a command's run answers one entry: its share of the reply, and how many replicas
-/// confirmed the command when gated.
-pub(crate) type Sent = Result<(Value, Option<u32>), Failure>;
+/// What a command's run answers one entry: its share of the reply, how many replicas
+/// confirmed the command when gated, and the term of the master that answered.
+pub(crate) type Sent = Result<(Value, Option<u32>, u64), Failure>;
 
 /// A queued entry and where its reply goes.
 struct Slot<E> {
@@ -335,7 +335,9 @@ async fn send_chunk<E: BatchEntry>(
     done: Done<E>,
 ) {
     let _done = done;
-    let sent = link.eval(&BatchCall { entries: &entries }, gate).await;
+    let sent = link
+        .eval_in_term(&BatchCall { entries: &entries }, gate)
+        .await;
     match sent {
         Err(Failure::Unavailable(refused))
             if entries.len() > 1 && refused.cause == UnavailableCause::NoPermission =>
@@ -344,7 +346,7 @@ async fn send_chunk<E: BatchEntry>(
             let alone = entries.iter().map(|entry| {
                 let link = &link;
                 async move {
-                    link.eval(
+                    link.eval_in_term(
                         &BatchCall {
                             entries: std::slice::from_ref(entry),
                         },
@@ -369,13 +371,13 @@ async fn send_chunk<E: BatchEntry>(
                 let _ = reply.send(Ok(answer));
             }
         }
-        Ok((Value::Array(items), confirmed)) if items.len() == replies.len() => {
+        Ok((Value::Array(items), confirmed, term)) if items.len() == replies.len() => {
             for (reply, item) in replies.into_iter().zip(items) {
                 // A caller that stopped waiting has no one to tell.
-                let _ = reply.send(Ok((item, confirmed)));
+                let _ = reply.send(Ok((item, confirmed, term)));
             }
         }
-        Ok((other, _)) => {
+        Ok((other, _, _)) => {
             let failure = unreadable(decode::unexpected_reply(
                 BatchCall::<E>::script().name,
                 &other,

@@ -232,6 +232,31 @@ struct Current {
     connection: Connection,
     /// The master it reached, as the Sentinels named it (Sentinel deployments only).
     master: Option<Arc<MasterAddr>>,
+    /// The term of that master (see [`Masters`]).
+    term: u64,
+}
+
+/// The last master a connection reached, and its *term*: how many times a connection has
+/// reached another master than the one before (a failover). A grant carries the term of the
+/// connection that answered its acquire, so that a renewal that finds it gone on a master of
+/// a later term knows the replacement lost it. Always 0 off Sentinel.
+#[derive(Default)]
+struct Masters {
+    last: Option<Arc<MasterAddr>>,
+    term: u64,
+}
+
+impl Masters {
+    /// Records that a connection reached `master`; returns its term.
+    fn reached(&mut self, master: Option<&Arc<MasterAddr>>) -> u64 {
+        if let Some(master) = master {
+            if self.last.as_ref().is_some_and(|last| last != master) {
+                self.term += 1;
+            }
+            self.last = Some(Arc::clone(master));
+        }
+        self.term
+    }
 }
 
 pub(crate) struct Link {
@@ -246,6 +271,7 @@ pub(crate) struct Link {
     /// How many connects have been tried, and how the last one failed, if it did: a command
     /// that waited while one was tried takes its answer rather than trying again in turn.
     tried: Mutex<Tried>,
+    masters: Mutex<Masters>,
     reconnect: tokio::sync::Mutex<()>,
     in_flight: Arc<Semaphore>,
     max_in_flight: usize,
@@ -266,6 +292,7 @@ impl Link {
             current: Mutex::new(None),
             generation: Mutex::new(0),
             tried: Mutex::new(Tried::default()),
+            masters: Mutex::new(Masters::default()),
             reconnect: tokio::sync::Mutex::new(()),
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
             max_in_flight,
@@ -354,10 +381,16 @@ impl Link {
             *g += 1;
             *g
         };
+        let term = self
+            .masters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .reached(master.as_ref());
         let current = Current {
             generation,
             connection,
             master,
+            term,
         };
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(current.clone());
         Ok(current)
@@ -451,18 +484,29 @@ impl Link {
         call: &C,
         gate: Option<ReplicationGate>,
     ) -> Result<(Value, Option<u32>), Failure> {
+        self.eval_in_term(call, gate)
+            .await
+            .map(|(value, confirmed, _)| (value, confirmed))
+    }
+
+    /// [`eval`](Self::eval), with the term of the master that answered (see [`Masters`]).
+    pub(crate) async fn eval_in_term<C: ScriptCall>(
+        &self,
+        call: &C,
+        gate: Option<ReplicationGate>,
+    ) -> Result<(Value, Option<u32>, u64), Failure> {
         let started = traced();
         let replied = self.eval_sha(call, gate).await;
         trace_command("EVALSHA", C::script().name, started, replied.as_ref().err());
         replied
     }
 
-    /// [`eval`](Self::eval), untraced.
+    /// [`eval_in_term`](Self::eval_in_term), untraced.
     async fn eval_sha<C: ScriptCall>(
         &self,
         call: &C,
         gate: Option<ReplicationGate>,
-    ) -> Result<(Value, Option<u32>), Failure> {
+    ) -> Result<(Value, Option<u32>, u64), Failure> {
         // The in-flight limit is checked before anything else, so Overloaded never sends.
         let _permit = self
             .in_flight
@@ -470,8 +514,10 @@ impl Link {
             .map_err(|_| Failure::Overloaded)?;
         let _counted = InFlight::start();
         let mut current = self.connection().await.map_err(Failure::Unavailable)?;
+        let term = current.term;
+        let in_term = |(value, confirmed)| (value, confirmed, term);
         let Connector::Sentinel { sentinels, .. } = &self.connector else {
-            return self.eval_on(&mut current, call, gate).await;
+            return self.eval_on(&mut current, call, gate).await.map(in_term);
         };
         let (replied, named) =
             tokio::join!(self.eval_on(&mut current, call, gate), sentinels.named());
@@ -479,7 +525,7 @@ impl Link {
         let replied = replied?;
         let named = named.map_err(|u| master_unconfirmed(&u))?;
         if current.master.as_deref() == Some(&named) {
-            return Ok(replied);
+            return Ok(in_term(replied));
         }
         // It ran on a master the Sentinels no longer name: a replaced one, which answers until
         // it is demoted and whose writes the new master never sees. Its answer says nothing of
@@ -503,9 +549,11 @@ impl Link {
             .map_err(|u| master_replaced(&u.detail))?;
         let (replied, again) =
             tokio::join!(self.eval_on(&mut current, call, gate), sentinels.named());
-        let replied = replied?;
+        let (value, confirmed) = replied?;
         match again {
-            Ok(again) if current.master.as_deref() == Some(&again) => Ok(replied),
+            Ok(again) if current.master.as_deref() == Some(&again) => {
+                Ok((value, confirmed, current.term))
+            }
             Ok(again) => {
                 let _ = self.forget(current.generation);
                 Err(master_replaced(&format!("the Sentinels now name {again}")))
@@ -799,6 +847,20 @@ mod tests {
     use test_support::RedisServer;
 
     use super::*;
+
+    #[test]
+    fn a_connection_to_another_master_than_the_last_starts_a_term() {
+        let mut masters = Masters::default();
+        let at = |port| Arc::new(MasterAddr::at("127.0.0.1", port));
+        // Off Sentinel no connection names a master: always term 0.
+        assert_eq!(masters.reached(None), 0);
+        assert_eq!(masters.reached(Some(&at(7000))), 0);
+        // Reconnecting to the same master keeps the term; another one starts the next.
+        assert_eq!(masters.reached(Some(&at(7000))), 0);
+        assert_eq!(masters.reached(Some(&at(7001))), 1);
+        assert_eq!(masters.reached(None), 1);
+        assert_eq!(masters.reached(Some(&at(7000))), 2);
+    }
 
     fn link_to(server: &RedisServer) -> Link {
         let timeout = Duration::from_secs(5);

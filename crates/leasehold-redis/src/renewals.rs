@@ -15,7 +15,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use leasehold::backend::{Grant, RenewReply};
-use leasehold::{Failure, FenceToken, Indeterminate, IndeterminateCause};
+use leasehold::{Failure, FenceToken, Indeterminate, IndeterminateCause, LossCause};
 use tokio::sync::oneshot;
 
 use crate::backend::{not_replicated, replicated, unreadable};
@@ -33,6 +33,8 @@ struct Pending {
     operation_id: String,
     fence: FenceToken,
     ttl_in_milliseconds: u64,
+    /// The term the grant was made in.
+    term: u64,
     reply: oneshot::Sender<RenewReply>,
 }
 
@@ -62,6 +64,7 @@ impl Renewals {
                 operation_id: attempt.operation().as_str().to_owned(),
                 fence: grant.fence(),
                 ttl_in_milliseconds: grant.ttl_millis(),
+                term: grant.term(),
                 reply,
             });
             queue.len() == 1
@@ -132,37 +135,84 @@ async fn send(link: Arc<Link>, gate: Option<ReplicationGate>, batch: Vec<Pending
             })
             .collect(),
     };
-    let replies = run(&link, gate, &call).await;
+    let (replies, term) = run(&link, gate, &call).await;
     drop(call);
     for (pending, reply) in batch.into_iter().zip(replies) {
         // A renewal whose caller stopped waiting has no one to tell.
-        let _ = pending.reply.send(reply);
+        let _ = pending.reply.send(in_term(reply, pending.term, term));
+    }
+}
+
+/// A renewal's reply, given the term its grant was made in and the term of the master that
+/// answered: a grant of an earlier term found gone was lost to the master's replacement.
+pub(crate) fn in_term(reply: RenewReply, granted: u64, answered: Option<u64>) -> RenewReply {
+    match reply {
+        RenewReply::Lost(_) if answered.is_some_and(|term| term != granted) => {
+            RenewReply::Lost(LossCause::MasterReplaced)
+        }
+        reply => reply,
     }
 }
 
 /// Runs `call` and returns one reply per grant, in order: the script's, or the call's failure
-/// for each.
+/// for each; and the term of the master that answered, if one did.
 pub(crate) async fn run(
     link: &Link,
     gate: Option<ReplicationGate>,
     call: &RenewCall<'_>,
-) -> Vec<RenewReply> {
+) -> (Vec<RenewReply>, Option<u64>) {
     let every = |reply: RenewReply| vec![reply; call.grants.len()];
-    match link.eval(call, gate).await {
-        Ok((value, confirmed)) => match call.decode(&value) {
-            Ok(replies) => replies
-                .into_iter()
-                .map(|reply| match reply {
-                    // The key's TTL was extended on the primary only: a failover now could
-                    // bring back the old, shorter TTL, so the extension is not proven.
-                    RenewReply::Renewed { .. } if !replicated(gate, confirmed) => {
-                        RenewReply::Failed(not_replicated(gate, confirmed))
-                    }
-                    reply => reply,
-                })
-                .collect(),
-            Err(e) => every(RenewReply::Failed(unreadable(e))),
-        },
-        Err(failure) => every(RenewReply::Failed(failure)),
+    match link.eval_in_term(call, gate).await {
+        Ok((value, confirmed, term)) => (
+            match call.decode(&value) {
+                Ok(replies) => replies
+                    .into_iter()
+                    .map(|reply| match reply {
+                        // The key's TTL was extended on the primary only: a failover now could
+                        // bring back the old, shorter TTL, so the extension is not proven.
+                        RenewReply::Renewed { .. } if !replicated(gate, confirmed) => {
+                            RenewReply::Failed(not_replicated(gate, confirmed))
+                        }
+                        reply => reply,
+                    })
+                    .collect(),
+                Err(e) => every(RenewReply::Failed(unreadable(e))),
+            },
+            Some(term),
+        ),
+        Err(failure) => (every(RenewReply::Failed(failure)), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_grant_of_an_earlier_term_found_gone_was_lost_to_the_replacement() {
+        let renewed = RenewReply::Renewed {
+            server_ttl: Duration::from_secs(3),
+        };
+        let unknown = RenewReply::Failed(Failure::Indeterminate(Indeterminate::new(
+            IndeterminateCause::ResponseTimeout,
+            "no reply",
+        )));
+        for cause in [LossCause::Absent, LossCause::OtherHolder] {
+            let lost = RenewReply::Lost(cause);
+            // The master of the grant's own term said so: that is the loss.
+            assert_eq!(in_term(lost.clone(), 2, Some(2)), lost);
+            // A later term's master said so: the replacement lost it.
+            assert_eq!(
+                in_term(lost.clone(), 1, Some(2)),
+                RenewReply::Lost(LossCause::MasterReplaced)
+            );
+            // No master answered: there is no term to compare.
+            assert_eq!(in_term(lost.clone(), 1, None), lost);
+        }
+        // Anything but a loss stands: a renewal the new master confirmed proves the grant.
+        assert_eq!(in_term(renewed.clone(), 1, Some(2)), renewed);
+        assert_eq!(in_term(unknown.clone(), 1, Some(2)), unknown);
     }
 }

@@ -31,6 +31,15 @@ pub(crate) struct MasterAddr {
 }
 
 impl MasterAddr {
+    /// The master at `host`:`port`.
+    #[cfg(test)]
+    pub(crate) fn at(host: &str, port: u16) -> Self {
+        Self {
+            host: host.to_owned(),
+            port,
+        }
+    }
+
     /// The address `info` connects to, if it is a TCP one (a Sentinel names no Unix socket).
     pub(crate) fn of(info: &ConnectionInfo) -> Option<Self> {
         match info.addr() {

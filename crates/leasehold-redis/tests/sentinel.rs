@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::request;
 use leasehold_redis::leasehold::{
-    AcquireOutcome, IndeterminateCause, LeaseHandle, LeaseRequest, LeaseState, ReleaseOutcome,
-    RenewOutcome,
+    AcquireOutcome, IndeterminateCause, LeaseHandle, LeaseRequest, LeaseState, LossCause,
+    LossReason, ReleaseOutcome, RenewOutcome,
 };
 use leasehold_redis::{RedisBackend, RedisLeases};
 use test_support::{RedisSentinel, Reply, sentinel::SERVICE};
@@ -110,6 +110,65 @@ async fn after_a_failover_the_lease_is_renewed_on_the_promoted_replica() {
     assert!(second.fence() > lease.fence());
     assert!(promoted.keys().contains(&key));
     let _ = second.release().await;
+}
+
+/// Renews until the server answers (bounded), and returns that answer: every outcome before
+/// it must say "not applied" or "unknown".
+async fn renew_until_answered(lease: &LeaseHandle<RedisBackend>) -> RenewOutcome {
+    for _ in 0..100 {
+        match lease.renew().await {
+            RenewOutcome::Indeterminate(i) if i.cause != IndeterminateCause::MasterReplaced => {}
+            RenewOutcome::Unavailable(_) => {}
+            answered => return answered,
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no answer after 100 tries");
+}
+
+#[tokio::test]
+async fn a_grant_the_new_master_does_not_hold_is_lost_to_the_replacement_with_its_own_reason() {
+    let deployment = RedisSentinel::start();
+    let client = sentinel_client(&deployment);
+    // One lease through the explicit API, one kept by the one-call guard.
+    let (holder, lease) = hold(&client, "s-replaced").await;
+    let guard = client
+        .lock("s-replaced-guard")
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("free");
+    assert_eq!(
+        deployment.master().cmd(&["WAIT", "1", "5000"]),
+        Reply::Int(1)
+    );
+    let promoted = deployment.failover();
+    deployment.wait_until_demoted(deployment.replica());
+    // The writes the failover lost: the new master has neither grant (as when they were made
+    // on the old master after the replica stopped following it).
+    let key = common::lease_key(&client, &holder);
+    let guard_key = promoted
+        .keys()
+        .into_iter()
+        .find(|k| k != &key && !k.ends_with(":fence"))
+        .expect("the guard's key came across");
+    assert_eq!(promoted.cmd(&["DEL", &key, &guard_key]), Reply::Int(2));
+    // A renewal of a grant made before the failover that finds it gone on the new master says
+    // why, where a grant made on the same master says "absent".
+    assert_eq!(
+        renew_until_answered(&lease).await,
+        RenewOutcome::Lost(LossCause::MasterReplaced)
+    );
+    assert_eq!(lease.state(), LeaseState::Lost);
+    // Told at its next renewal (a cadence, 10 s), if not already by one that ran on the
+    // replaced master during the failover and could not be confirmed on the new one.
+    let reason = tokio::time::timeout(Duration::from_secs(25), guard.lost())
+        .await
+        .expect("the guard was told before its margin point");
+    assert_eq!(reason, LossReason::MasterReplaced);
+    // A grant made on the new master is of its term: lost there, it is merely absent.
+    let (again, after) = hold(&client, "s-replaced-after").await;
+    let _ = promoted.cmd(&["DEL", &common::lease_key(&client, &again)]);
+    assert_eq!(after.renew().await, RenewOutcome::Lost(LossCause::Absent));
 }
 
 #[tokio::test]

@@ -24,17 +24,24 @@ pub struct Grant {
     attempt: Attempt,
     fence: FenceToken,
     ttl: Duration,
+    term: u64,
 }
 
 impl Grant {
-    pub(crate) fn new(request: &LeaseRequest, fence: FenceToken) -> Self {
+    pub(crate) fn new(request: &LeaseRequest, reply: &GrantReply) -> Self {
         Self {
             purpose: request.purpose().clone(),
             resource: request.resource().clone(),
             attempt: request.attempt().clone(),
-            fence,
+            fence: reply.fence,
             ttl: request.ttl(),
+            term: reply.term,
         }
+    }
+
+    /// Returns the backend's term when it granted (see [`GrantReply::term`]).
+    pub fn term(&self) -> u64 {
+        self.term
     }
 
     /// Returns the purpose.
@@ -78,12 +85,28 @@ pub struct GrantReply {
     pub fence: FenceToken,
     /// The key's remaining time to live on the server, from the reply (PTTL).
     pub server_ttl: Duration,
+    /// The backend's *term* when the server granted: a number it changes whenever the server
+    /// that decides is replaced (a Sentinel failover names another master). A renewal of a
+    /// grant from an earlier term that finds it gone is a loss to the replacement
+    /// ([`LossCause::MasterReplaced`](crate::LossCause::MasterReplaced)). 0 for a backend
+    /// that has no terms.
+    pub term: u64,
 }
 
 impl GrantReply {
-    /// Makes a `GrantReply`.
+    /// Makes a `GrantReply` of term 0.
     pub fn new(fence: FenceToken, server_ttl: Duration) -> Self {
-        Self { fence, server_ttl }
+        Self {
+            fence,
+            server_ttl,
+            term: 0,
+        }
+    }
+
+    /// Returns this reply, of `term`.
+    pub fn with_term(mut self, term: u64) -> Self {
+        self.term = term;
+        self
     }
 }
 
@@ -249,7 +272,8 @@ pub trait LeaseBackend: Send + Sync + 'static {
                     "this attempt's grant was reported without a fence",
                 )));
             };
-            self.release(&Grant::new(request, fence)).await
+            let grant = GrantReply::new(fence, Duration::ZERO);
+            self.release(&Grant::new(request, &grant)).await
         }
     }
 
@@ -311,7 +335,10 @@ mod tests {
             DriftBudget::default(),
         )
         .unwrap();
-        let grant = Grant::new(&request, FenceToken::new(7).unwrap());
+        let grant = Grant::new(
+            &request,
+            &GrantReply::new(FenceToken::new(7).unwrap(), Duration::ZERO),
+        );
         let text = format!("{grant:?}");
         assert!(text.contains("fence"), "{text}");
         assert!(!text.contains(&token), "{text}");

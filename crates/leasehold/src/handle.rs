@@ -249,7 +249,7 @@ impl<B: LeaseBackend> LeaseHandle<B> {
         reply: GrantReply,
         sent_at: MonotonicInstant,
     ) -> Self {
-        let grant = Grant::new(request, reply.fence);
+        let grant = Grant::new(request, &reply);
         let drift = request.drift();
         let (valid_until, server_expiry) =
             validity_window(grant.ttl(), drift, sent_at, reply.server_ttl);

@@ -253,6 +253,10 @@ pub enum LossCause {
     Absent,
     /// Another owner, operation or grant holds the key.
     OtherHolder,
+    /// The grant was made on a master that has since been replaced (a Sentinel failover, seen
+    /// by the backend as a new term), and the master now named does not hold it: the key did
+    /// not reach it, or another holder was granted there since.
+    MasterReplaced,
 }
 
 /// The outcome of renewing a lease.
@@ -458,6 +462,9 @@ impl fmt::Display for LossCause {
         f.write_str(match self {
             LossCause::Absent => "the key is gone (expired or deleted)",
             LossCause::OtherHolder => "another grant holds the key",
+            LossCause::MasterReplaced => {
+                "granted on a master since replaced, and the new master does not hold it"
+            }
         })
     }
 }

@@ -60,7 +60,8 @@ pub mod names {
     /// `purpose`.
     pub const HOLD_SECONDS: &str = "leasehold_hold_duration_seconds";
     /// Counter: loss signals fired, by `purpose` and `reason` (`lost_to_another`,
-    /// `released`, `expired`, `unreachable`, `watchdog_stopped`, `dropped`). `released`
+    /// `released`, `expired`, `unreachable`, `watchdog_stopped`, `dropped`,
+    /// `master_replaced`). `released`
     /// and `dropped` are the program's own doing; the others are the ones to alert on.
     pub const LOSSES: &str = "leasehold_losses_total";
     /// Gauge: leases the process's watchdogs keep alive now.
@@ -190,6 +191,7 @@ pub(crate) fn loss_kind(reason: LossReason) -> &'static str {
         LossReason::Unreachable => "unreachable",
         LossReason::WatchdogStopped => "watchdog_stopped",
         LossReason::Dropped => "dropped",
+        LossReason::MasterReplaced => "master_replaced",
     }
 }
 

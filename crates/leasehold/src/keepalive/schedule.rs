@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::signal::LossReason;
 use crate::handle::LeaseState;
-use crate::outcome::{ReleaseOutcome, RenewOutcome};
+use crate::outcome::{IndeterminateCause, LossCause, ReleaseOutcome, RenewOutcome};
 
 /// Returns true if and only if a cadence of TTL / `cadence_divisor`, a retry interval and a
 /// margin of TTL / `margin_divisor` add up to less than the TTL: TTL / c + TTL / 4c + TTL / m
@@ -107,7 +107,17 @@ pub(super) enum RenewalVerdict {
 pub(super) fn renewal_verdict(outcome: Option<&RenewOutcome>) -> RenewalVerdict {
     match outcome {
         Some(RenewOutcome::Renewed { .. }) => RenewalVerdict::Confirmed,
+        Some(RenewOutcome::Lost(LossCause::MasterReplaced)) => {
+            RenewalVerdict::Ended(LossReason::MasterReplaced)
+        }
         Some(RenewOutcome::Lost(_)) => RenewalVerdict::Ended(LossReason::LostToAnother),
+        // Ran on a master the Sentinels no longer name, and not confirmed on the one they do:
+        // a failover is a loss until proven otherwise.
+        Some(RenewOutcome::Indeterminate(unknown))
+            if unknown.cause == IndeterminateCause::MasterReplaced =>
+        {
+            RenewalVerdict::Ended(LossReason::MasterReplaced)
+        }
         // Refused from Lost, or because a release is under way (any other state).
         Some(RenewOutcome::Refused {
             state: LeaseState::Lost,
@@ -157,9 +167,7 @@ pub(super) fn margin_reason(state: LeaseState) -> LossReason {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::{
-        Indeterminate, IndeterminateCause, LossCause, Unavailable, UnavailableCause,
-    };
+    use crate::outcome::{Indeterminate, Unavailable, UnavailableCause};
 
     const NS: Duration = Duration::from_nanos(1);
 
@@ -366,8 +374,26 @@ mod tests {
                 RenewalVerdict::Ended(LossReason::LostToAnother)
             );
         }
+        // A grant the new master does not hold, or a renewal that ran on a replaced master and
+        // could not be confirmed on the new one: a failover is a loss until proven otherwise.
+        for outcome in [
+            RenewOutcome::Lost(LossCause::MasterReplaced),
+            RenewOutcome::Indeterminate(Indeterminate::new(
+                IndeterminateCause::MasterReplaced,
+                "ran on a replaced master",
+            )),
+        ] {
+            assert_eq!(
+                renewal_verdict(Some(&outcome)),
+                RenewalVerdict::Ended(LossReason::MasterReplaced)
+            );
+        }
         for outcome in [
             RenewOutcome::Indeterminate(indeterminate()),
+            RenewOutcome::Indeterminate(Indeterminate::new(
+                IndeterminateCause::MasterUnconfirmed,
+                "no Sentinel answered",
+            )),
             RenewOutcome::Unavailable(unavailable()),
             RenewOutcome::Overloaded,
         ] {

@@ -38,6 +38,12 @@ pub enum LossReason {
     /// The watchdog stopped renewing the lease: the runtime its task ran on shut down, or the
     /// backend panicked while renewing it.
     WatchdogStopped,
+    /// The master that granted the lease was replaced (a Sentinel failover) and the lease
+    /// could not be proven on the new one: the new master does not hold it
+    /// ([`LossCause::MasterReplaced`](crate::LossCause::MasterReplaced)), or a renewal ran on
+    /// the replaced master and could not be confirmed on the new one. Another holder may have
+    /// been granted on either.
+    MasterReplaced,
     /// The [`KeptLease`] was dropped without being released (or while its release was under
     /// way): nothing renews the lease any more, though the server keeps it until its TTL
     /// runs out.
@@ -139,6 +145,9 @@ impl fmt::Display for LossReason {
             LossReason::Unreachable => "renewals failed or went unanswered until the margin",
             LossReason::WatchdogStopped => "the watchdog stopped",
             LossReason::Dropped => "the kept lease was dropped",
+            LossReason::MasterReplaced => {
+                "the master that granted it was replaced, and the new one does not hold it"
+            }
         })
     }
 }
