@@ -14,7 +14,8 @@
 //! - [`admin`]: an operator's `list` and `break`;
 //! - [`demo`] and [`local_redis`]: the fencing story on an ephemeral redis-server;
 //! - [`log`]: log lines and notes on stderr, `-v` / `-q`;
-//! - [`redact`]: URLs fit to print; [`duration`]: durations in flags and messages.
+//! - [`redact`]: URLs fit to print; [`duration`]: durations in flags and messages;
+//! - [`suggestion`]: the subcommand nearest a mistyped one.
 
 #![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
 #![forbid(unsafe_code)]
@@ -33,6 +34,7 @@ mod redact;
 mod run;
 mod signals;
 mod stop;
+mod suggestion;
 mod supervise;
 
 use std::process::ExitCode;
@@ -47,7 +49,8 @@ fn main() -> ExitCode {
     let matches = match args::command().try_get_matches() {
         Ok(matches) => matches,
         // --help and --version land here too, with exit code 0.
-        Err(e) => {
+        Err(mut e) => {
+            suggestion::suggest_subcommand(&mut e, &args::command());
             let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
             return match separator_hint(&e, &argv) {
                 Some(text) => {

@@ -121,3 +121,30 @@ fn help_documents_the_exit_codes_and_never_shows_the_url_variable() {
         );
     }
 }
+
+#[test]
+fn a_mistyped_subcommand_gets_the_nearest_one_suggested() {
+    let cases: &[(&str, &str)] = &[
+        ("rnu", "tip: a similar subcommand exists: 'run'"),
+        ("lsit", "tip: a similar subcommand exists: 'list'"),
+        ("inspct", "tip: a similar subcommand exists: 'inspect'"),
+    ];
+    for (typed, tip) in cases {
+        let mut command = leasehold(&dead_url());
+        command.args([*typed, "r"]);
+        let done = run_to_end(command);
+        done.assert_code(2);
+        assert!(
+            done.stderr
+                .contains(&format!("unrecognized subcommand '{typed}'")),
+            "{typed}: {done:#?}"
+        );
+        assert!(done.stderr.contains(tip), "{typed}: {done:#?}");
+    }
+    // Near nothing: no tip.
+    let mut command = leasehold(&dead_url());
+    command.arg("frobnicate");
+    let done = run_to_end(command);
+    done.assert_code(2);
+    assert!(!done.stderr.contains("similar"), "{done:#?}");
+}
