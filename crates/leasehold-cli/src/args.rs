@@ -297,8 +297,9 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "N", env = "LEASEHOLD_LOSS_EXIT_CODE")]
     pub(crate) loss_exit_code: Option<String>,
 
-    /// At the end, write one JSON object on a line of stderr: outcome, exit status, fence, time
-    /// waited and held, and the release's outcome.
+    /// At the end, write one JSON object as the last line of stdout (after the command's own
+    /// output; messages stay on stderr): outcome, exit status, fence, time waited and held, and
+    /// the release's outcome.
     #[arg(long, env = "LEASEHOLD_JSON")]
     pub(crate) json: bool,
 

@@ -131,7 +131,7 @@ pub(crate) struct RunConfig {
     pub(crate) conflict_exit_code: u8,
     /// The exit status for a lease lost while the command ran.
     pub(crate) loss_exit_code: u8,
-    /// `--json`: a summary line on stderr at the end.
+    /// `--json`: a summary line on stdout at the end.
     pub(crate) json: bool,
     pub(crate) program: OsString,
     pub(crate) args: Vec<OsString>,

@@ -13,7 +13,7 @@
 //!    group is left (what it leaves running is stopped like a lost lease's command).
 
 use std::ffi::OsStr;
-use std::io;
+use std::io::{self, Write as _};
 use std::time::Duration;
 
 use leasehold_redis::RedisBackend;
@@ -67,13 +67,20 @@ impl Report {
     }
 }
 
-/// Runs `leasehold run` and returns its exit code; with `--json`, writes its report last.
+/// Runs `leasehold run` and returns its exit code; with `--json`, writes its report last, on
+/// stdout: the messages stay on stderr, so that a script reads the report alone (after
+/// whatever the command itself printed there).
 pub(crate) async fn run(config: RunConfig) -> u8 {
     let json = config.json;
     let mut report = Report::default();
     let code = run_reporting(config, &mut report).await;
     if json {
-        eprintln!("{}", report.line(code));
+        // The exit code already tells the outcome: a closed stdout does not change it.
+        if let Err(e) = writeln!(io::stdout(), "{}", report.line(code))
+            && e.kind() != io::ErrorKind::BrokenPipe
+        {
+            eprintln!("leasehold: cannot write the JSON report: {e}");
+        }
     }
     code
 }

@@ -3,9 +3,13 @@
 
 use super::*;
 
-/// The last line of stderr, parsed as the `--json` summary.
+/// The last line of stdout, parsed as the `--json` summary; no line of stderr is one.
 fn summary(done: &Finished) -> serde_json::Value {
-    let line = done.stderr.lines().last().unwrap_or("");
+    assert!(
+        !done.stderr.lines().any(|l| l.starts_with('{')),
+        "JSON on stderr: {done:#?}"
+    );
+    let line = done.stdout.lines().last().unwrap_or("");
     serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {done:#?}"))
 }
 
@@ -206,8 +210,17 @@ fn run_json_reports_the_outcome_exit_fence_times_and_release() {
         report["fence"].is_null() && report["release"].is_null(),
         "{report}"
     );
-    // -q leaves the summary only.
-    assert_eq!(done.stderr.lines().count(), 1, "{done:#?}");
+    // -q leaves the summary only, on stdout.
+    assert_eq!(done.stderr, "", "{done:#?}");
+    assert_eq!(done.stdout.lines().count(), 1, "{done:#?}");
+    // Without -q, the human line goes to stderr and stdout holds the summary alone.
+    let mut command = leasehold(&server.url());
+    command.args(["run", "R", "--json", "--", "true"]);
+    let done = run_to_end(command);
+    done.assert_code(75);
+    assert!(done.stderr.contains("not acquired"), "{done:#?}");
+    assert_eq!(done.stdout.lines().count(), 1, "{done:#?}");
+    assert_eq!(summary(&done)["outcome"], "not_acquired", "{done:#?}");
     drop(held);
 }
 
