@@ -8,6 +8,7 @@ use serde_json::json;
 use crate::config::{BreakConfig, ListConfig, Named};
 use crate::exit;
 use crate::inspect::{answer, json_fields, parts};
+use crate::remedy;
 
 /// Runs `leasehold list` and returns its exit code.
 pub(crate) async fn list(config: ListConfig) -> u8 {
@@ -164,6 +165,7 @@ fn failed(e: &Error, shown: &str, what: &str) -> u8 {
                 return code;
             }
             eprintln!("leasehold: Redis unavailable at {shown}, could not {what}: {u}");
+            remedy::tell_for(u, shown);
         }
         Error::Indeterminate(i) => {
             eprintln!("leasehold: no answer from Redis at {shown}, could not {what}: {i}");

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use crate::config::{InspectConfig, Named};
 use crate::duration::format_duration;
 use crate::exit;
+use crate::remedy;
 
 /// Runs `leasehold inspect` and returns its exit code.
 pub(crate) async fn inspect(config: InspectConfig) -> u8 {
@@ -33,6 +34,7 @@ pub(crate) async fn inspect(config: InspectConfig) -> u8 {
                 return code;
             }
             eprintln!("leasehold: Redis unavailable at {shown}: {u}");
+            remedy::tell_for(&u, &shown);
             return exit::UNAVAILABLE;
         }
         InspectOutcome::Indeterminate(i) => {

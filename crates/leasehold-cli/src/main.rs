@@ -14,6 +14,7 @@
 //! - [`admin`]: an operator's `list` and `break`;
 //! - [`demo`] and [`local_redis`]: the fencing story on an ephemeral redis-server;
 //! - [`log`]: log lines and notes on stderr, `-v` / `-q`;
+//! - [`remedy`]: what to do about a server that could not be used;
 //! - [`redact`]: URLs fit to print; [`duration`]: durations in flags and messages;
 //! - [`suggestion`]: the subcommand nearest a mistyped one.
 
@@ -31,6 +32,7 @@ mod inspect;
 mod local_redis;
 mod log;
 mod redact;
+mod remedy;
 mod run;
 mod signals;
 mod stop;

@@ -27,6 +27,7 @@ use crate::config::RunConfig;
 use crate::duration::format_duration;
 use crate::exit;
 use crate::log::note;
+use crate::remedy;
 use crate::signals::Signals;
 use crate::stop::{self, ProcessGroup};
 use crate::supervise::{Ended, Launched, supervise};
@@ -350,6 +351,7 @@ fn not_acquired(
                 );
             }
             eprintln!("leasehold: Redis unavailable at {shown}: {u}; the command was not started");
+            remedy::tell_for(&u, shown);
             (exit::UNAVAILABLE, "unavailable")
         }
         AcquireOutcome::Overloaded => {

@@ -164,3 +164,37 @@ fn a_command_without_the_separator_gets_a_tip() {
     done.assert_code(2);
     assert!(!done.stderr.contains("tip: the command goes"), "{done:#?}");
 }
+
+#[test]
+fn a_refused_connection_says_how_to_start_or_point_to_redis() {
+    // Nothing listens on the port: each command says how to start Redis or name another.
+    let url = dead_url();
+    for argv in [
+        &["run", "r", "--", "true"][..],
+        &["inspect", "r"],
+        &["list"],
+        &["break", "r", "--yes"],
+    ] {
+        let mut command = leasehold(&url);
+        command.args(argv);
+        let done = run_to_end(command);
+        done.assert_code(69);
+        assert!(
+            done.stderr
+                .contains(&format!("tip: nothing accepts connections at {url}")),
+            "{argv:?}: {done:#?}"
+        );
+        for needle in ["redis-server", "--redis URL", "LEASEHOLD_REDIS_URL"] {
+            assert!(
+                done.stderr.contains(needle),
+                "{argv:?}: {needle}: {done:#?}"
+            );
+        }
+    }
+    // A server that answers but refuses for another reason gets no such tip.
+    let server = RedisServer::start();
+    let mut command = leasehold(&format!("{}/99", server.url()));
+    command.args(["inspect", "r"]);
+    let done = run_to_end(command);
+    assert!(!done.stderr.contains("tip: nothing accepts"), "{done:#?}");
+}
