@@ -201,7 +201,8 @@ With --json, prints one object:
 and, when the holder gave a name or the lease is kept after release, two more keys:
   \"holder_name\":\"...\"|null,\"released\":true|false
 
-Exit status: 0 held or free, 69 Redis unavailable or no answer, 2 usage error.";
+Exit status: 0 held or free, 69 Redis unavailable or no answer, 2 usage or configuration
+error (a bad flag or URL, a database the server lacks, credentials it refuses).";
 
 const LIST_LONG_ABOUT: &str = "\
 List the leases held in the namespace (--namespace), of every purpose or of --purpose P: the
@@ -215,7 +216,8 @@ With --json, prints one array of objects, each:
    \"remaining_ms\":N|null,\"holder\":\"...\"|null,\"holder_name\":\"...\"|null,
    \"released\":true|false}
 
-Exit status: 0 listed (even none), 69 Redis unavailable or no answer, 2 usage error.";
+Exit status: 0 listed (even none), 69 Redis unavailable or no answer, 2 usage or
+configuration error (a bad flag or URL, a database the server lacks, credentials it refuses).";
 
 const BREAK_LONG_ABOUT: &str = "\
 Remove the lease on RESOURCE (or on --digest sha256:..., as `list` shows it), whoever holds it:
@@ -231,8 +233,8 @@ Prints what it removed (holder, fence, time left), or that there was nothing to 
 With --json, prints one object: {\"removed\":true|false, and inspect's keys}.
 
 Exit status: 0 removed or nothing to remove, 69 Redis unavailable, or no answer (it may have
-been removed: `inspect` tells), 65 the key holds something else (left alone), 2 usage error
-(no --yes).";
+been removed: `inspect` tells), 65 the key holds something else (left alone), 2 usage or
+configuration error (no --yes, a bad URL, a database the server lacks, credentials it refuses).";
 
 const DEMO_LONG_ABOUT: &str = "\
 Tell the fencing story: worker A acquires a lease and stalls past its expiry, worker B acquires
@@ -243,8 +245,9 @@ Without --redis on the command line, starts its own redis-server (from LEASEHOLD
 PATH) on a free port in a temporary directory, and stops it at the end; LEASEHOLD_REDIS_URL is
 ignored, so the demo never writes to a server you did not name.
 
-Exit status: 0 the story ran, 69 no redis-server could be started or reached, 2 usage error
-(a bad --redis URL), 1 otherwise.";
+Exit status: 0 the story ran, 69 no redis-server could be started or reached, 2 usage or
+configuration error (a bad --redis URL, a database the server lacks, credentials it refuses),
+1 otherwise.";
 
 /// `leasehold run`. Durations and exit codes stay text here: [`crate::config`] parses them,
 /// so that a bad value names the flag or the variable it came from.

@@ -96,20 +96,25 @@ async fn start_and_tell(config: DemoConfig) -> u8 {
             }
         },
     };
-    match tell(backend, &origin).await {
+    match tell(backend, &origin, &shown).await {
         Ok(()) => 0,
         // Piped into `head`, say: stop quietly, as a killed-by-SIGPIPE tool would.
         Err(e) if exit::is_broken_pipe(&e) => exit::BROKEN_PIPE,
-        Err(e) => match e.downcast_ref::<Unreachable>() {
-            Some(unreachable) => {
-                eprintln!("leasehold: Redis at {shown} {unreachable}");
-                exit::UNAVAILABLE
+        Err(e) => {
+            if let Some(Refused(code)) = e.downcast_ref::<Refused>() {
+                return *code;
             }
-            None => {
-                eprintln!("leasehold: the demo failed: {e:#}");
-                exit::FAILURE
+            match e.downcast_ref::<Unreachable>() {
+                Some(unreachable) => {
+                    eprintln!("leasehold: Redis at {shown} {unreachable}");
+                    exit::UNAVAILABLE
+                }
+                None => {
+                    eprintln!("leasehold: the demo failed: {e:#}");
+                    exit::FAILURE
+                }
             }
-        },
+        }
     }
 }
 
@@ -125,6 +130,19 @@ impl std::fmt::Display for Unreachable {
 }
 
 impl std::error::Error for Unreachable {}
+
+/// The server refused the demo's first request for a reason that trying again cannot fix
+/// (credentials, a database it lacks, a key it holds): already said, with this exit code.
+#[derive(Debug)]
+struct Refused(u8);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "refused (exit {})", self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
 
 fn request(client: &RedisLeases, worker: &str, ttl: Duration) -> anyhow::Result<LeaseRequest> {
     let attempt = client.new_attempt(OperationId::new(format!("demo-worker-{worker}"))?)?;
@@ -179,7 +197,7 @@ fn show_order(db: &Connection) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn tell(backend: RedisBackend, origin: &str) -> anyhow::Result<()> {
+async fn tell(backend: RedisBackend, origin: &str, shown: &str) -> anyhow::Result<()> {
     say!("leasehold demo: a fencing token stops a stale writer\n");
     say!("Redis: {origin}");
     let client = backend.into_client();
@@ -197,6 +215,9 @@ async fn tell(backend: RedisBackend, origin: &str) -> anyhow::Result<()> {
         AcquireOutcome::Acquired(lease) => lease,
         // The first request to the server: no definite answer means it cannot be reached.
         AcquireOutcome::Unavailable(u) => {
+            if let Some(code) = exit::lasting_refusal(&u, shown) {
+                return Err(Refused(code).into());
+            }
             return Err(Unreachable(format!("is unavailable: {u}")).into());
         }
         AcquireOutcome::Indeterminate { cause, .. } => {

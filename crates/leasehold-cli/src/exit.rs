@@ -9,7 +9,9 @@ use std::process::{ExitCode, ExitStatus};
 
 use leasehold_redis::leasehold::{Unavailable, UnavailableCause, UnusableKey};
 
-/// A flag, a duration or a value is wrong; nothing was sent.
+/// A flag, a duration or a value is wrong, nothing was sent; or the configuration it names is
+/// wrong for the server (a database it does not have, credentials it refuses), nothing was
+/// written.
 pub(crate) const USAGE: u8 = 2;
 /// The lease was not acquired within `--wait` (another holder has it).
 pub(crate) const NOT_ACQUIRED: u8 = 75;
@@ -50,9 +52,10 @@ pub(crate) fn unusable_key(what: UnusableKey, shown: &str) -> u8 {
 }
 
 /// Says what is wrong when `u` is a refusal that trying again cannot fix — a key the lease
-/// needs holds something else ([`UNUSABLE_KEY`]), or the URL names a database the server does
-/// not have ([`USAGE`]: the URL is wrong for this server, as a flag can be) — and returns the
-/// exit code; `None` for any other cause.
+/// needs holds something else ([`UNUSABLE_KEY`]), or the URL is wrong for this server, as a
+/// flag can be ([`USAGE`], the code of every configuration error): it names a database the
+/// server does not have, or credentials it refuses — and returns the exit code; `None` for
+/// any other cause.
 pub(crate) fn lasting_refusal(u: &Unavailable, shown: &str) -> Option<u8> {
     match u.cause {
         UnavailableCause::UnusableKey(what) => Some(unusable_key(what, shown)),
@@ -60,6 +63,15 @@ pub(crate) fn lasting_refusal(u: &Unavailable, shown: &str) -> Option<u8> {
             eprintln!(
                 "leasehold: {shown}: the server has no database of the URL's index (it refused \
                  SELECT); use an index below its `databases` setting (16 unless configured)"
+            );
+            Some(USAGE)
+        }
+        UnavailableCause::NoPermission => {
+            // The detail is the server's error (WRONGPASS, NOAUTH, NOPERM), never the URL.
+            eprintln!(
+                "leasehold: {shown}: the server refused the credentials ({u}); nothing was \
+                 written: check the user and password in the URL (--redis or \
+                 LEASEHOLD_REDIS_URL), and that the user's ACL allows what leasehold runs"
             );
             Some(USAGE)
         }
@@ -81,7 +93,8 @@ pub(crate) const SUMMARY: &str = "\
 Exit status of `run`: the command's own (128+N if signal N ended it); 75 lease not acquired
 within --wait; 69 Redis unavailable or outcome unknown before the command started; 70 lease
 lost while the command ran, or found gone at release; 65 a lease key holds something
-leasehold cannot use; 126/127 command not executable / not found; 2 usage error; 1 internal
+leasehold cannot use; 126/127 command not executable / not found; 2 usage or configuration
+error (a bad flag or URL, a database the server lacks, credentials it refuses); 1 internal
 failure. Use --help for more.";
 
 /// The full table, shown under `--help`.
@@ -102,17 +115,20 @@ Exit status of `run`:
            started
   126      the command could not be executed
   127      the command was not found
-  2        usage error: a bad flag, variable, duration or URL, nothing sent; or a database
-           index the server does not have (it refused SELECT), nothing written
+  2        usage or configuration error: a bad flag, variable, duration or URL, nothing
+           sent; or a URL wrong for the server, nothing written: a database index it does not
+           have (it refused SELECT), or credentials it refuses (a wrong or missing password,
+           a user whose ACL lacks what leasehold runs)
   1        leasehold itself failed: it could not catch signals or lost track of the command
 If leasehold itself gets SIGHUP, SIGINT, SIGQUIT or SIGTERM before the command starts, it
 gives up and exits with 128+N (129, 130, 131, 143).
 
 `inspect`: 0 (held or free), 69 Redis unavailable or no answer, 65 a lease key holds
-something leasehold cannot use, 2 usage error.
+something leasehold cannot use, 2 usage or configuration error (as for `run`).
 `list`: 0 (even none), 69, 2. `break`: 0 (removed, or nothing to remove), 69 (unavailable,
-or no answer: `inspect` tells whether it was removed), 65, 2 (no --yes).
-`demo`: 0, 69 no redis-server could be started or reached, 2 usage error, 1 otherwise.
+or no answer: `inspect` tells whether it was removed), 65, 2 (also: no --yes).
+`demo`: 0, 69 no redis-server could be started or reached, 2 usage or configuration error,
+1 otherwise.
 
 Environment: LEASEHOLD_REDIS_URL (--redis), LEASEHOLD_NAMESPACE (--namespace),
 LEASEHOLD_REDIS_SERVER (the redis-server binary `demo` starts).";

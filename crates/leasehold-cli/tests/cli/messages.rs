@@ -198,3 +198,54 @@ fn a_refused_connection_says_how_to_start_or_point_to_redis() {
     let done = run_to_end(command);
     assert!(!done.stderr.contains("tip: nothing accepts"), "{done:#?}");
 }
+
+/// A configuration error: 2, as a bad URL or a database the server lacks, never 69.
+#[test]
+fn credentials_the_server_refuses_are_a_configuration_error_2() {
+    let password = "pw-cli-7c1e-right";
+    let wrong = "pw-cli-7c1e-wrong";
+    let server = RedisServer::start();
+    // Set once the harness has seen the server answer: from now on it needs the password.
+    assert_eq!(
+        server.cmd(&["CONFIG", "SET", "requirepass", password]),
+        Reply::Status("OK".into())
+    );
+    let port = server.port();
+    let scratch = Scratch::new();
+    // A wrong password, and none at all.
+    for url in [
+        format!("redis://:{wrong}@127.0.0.1:{port}"),
+        format!("redis://127.0.0.1:{port}"),
+    ] {
+        for argv in [
+            &["run", "r", "--", "sh", "-c", "touch \"$D/ran\""][..],
+            &["inspect", "r"],
+            &["list"],
+            &["break", "r", "--yes"],
+            &["demo"],
+        ] {
+            let mut command = leasehold(&url);
+            command.env("D", scratch.path("")).args(argv);
+            let done = run_to_end(command);
+            done.assert_code(2);
+            assert!(
+                done.stderr.contains("the server refused the credentials"),
+                "{argv:?}: {done:#?}"
+            );
+            assert!(
+                done.stderr
+                    .contains("check the user and password in the URL"),
+                "{argv:?}: {done:#?}"
+            );
+            let printed = format!("{}{}", done.stdout, done.stderr);
+            assert!(!printed.contains(wrong), "{argv:?}: {done:#?}");
+        }
+    }
+    assert!(!scratch.path("ran").exists(), "the command ran");
+    // The right password works.
+    let mut command = leasehold(&format!("redis://:{password}@127.0.0.1:{port}"));
+    command.args(["run", "r", "--", "true"]);
+    let done = run_to_end(command);
+    done.assert_code(0);
+    assert!(!done.stderr.contains(password), "{done:#?}");
+}

@@ -114,6 +114,7 @@ fn help_documents_the_exit_codes_and_never_shows_the_url_variable() {
         "LEASEHOLD_FENCE",
         "LEASEHOLD_RESOURCE_DIGEST",
         "LEASEHOLD_TTL_MS",
+        "credentials it refuses",
     ] {
         assert!(
             run.stdout.contains(needle),
