@@ -167,12 +167,14 @@ its environment:
   LEASEHOLD_TTL_MS           the lease's TTL in milliseconds
 
 and renews the lease while the command runs. SIGHUP, SIGINT, SIGQUIT and SIGTERM sent to
-leasehold are passed on to the command. If the lease is lost, or its validity is about to end because renewals fail,
-leasehold sends SIGTERM to the command and SIGKILL after --grace, but never later than just
-before the lease's validity ends: the command is dead before anyone else can be granted the
-lease. When the command exits, whatever it left running in its process group gets SIGTERM, and
-SIGKILL after --grace (capped the same way), while the lease is still kept; then the lease is
-released. A release leasehold cannot confirm (Redis down or not answering) is reported, and
+leasehold are passed on to the command. The first SIGINT or SIGTERM asks it to stop: if it has
+not exited after --grace, it gets SIGKILL, and a second SIGINT or SIGTERM sends SIGKILL at
+once (for a command that ignores SIGTERM). If the lease is lost, or its validity is about to
+end because renewals fail, leasehold sends SIGTERM to the command and SIGKILL after --grace,
+but never later than just before the lease's validity ends: the command is dead before anyone
+else can be granted the lease. When the command exits, whatever it left running in its process
+group gets SIGTERM, and SIGKILL after --grace (capped the same way), while the lease is still
+kept; then the lease is released. A release leasehold cannot confirm (Redis down or not answering) is reported, and
 proves nothing either way: the lease may then still be held, at most until its TTL runs out,
 or may already be gone.
 
@@ -286,7 +288,8 @@ pub(crate) struct RunArgs {
     pub(crate) hold_at_least: Option<String>,
 
     /// Time between SIGTERM and SIGKILL when the lease is lost, or for what the command leaves
-    /// running when it exits (capped by what is left of the lease).
+    /// running when it exits (capped by what is left of the lease); and after a SIGINT or
+    /// SIGTERM sent to leasehold (a second one kills at once).
     #[arg(long, value_name = "D", env = "LEASEHOLD_GRACE", default_value = "5s")]
     pub(crate) grace: String,
 

@@ -39,6 +39,12 @@ impl Caught {
         }
     }
 
+    /// Returns true if and only if this signal asks the command to stop (SIGINT or SIGTERM),
+    /// so that a second one, or the grace after the first, ends it with SIGKILL.
+    pub(crate) fn asks_to_stop(self) -> bool {
+        matches!(self, Caught::Interrupt | Caught::Terminate)
+    }
+
     /// The exit code of a process ended by this signal.
     pub(crate) fn exit_code(self) -> u8 {
         exit::of_signal(self.signal().as_raw())

@@ -37,6 +37,11 @@ impl StopPolicy {
         self.margin * 2
     }
 
+    /// Returns the time between SIGTERM and SIGKILL (`--grace`).
+    pub(crate) fn grace(&self) -> Duration {
+        self.grace
+    }
+
     /// Returns the margin kept between the command's death and the end of validity.
     #[cfg(test)]
     pub(crate) fn margin(&self) -> Duration {

@@ -13,7 +13,8 @@ use rustix::process::Signal;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::duration::format_duration;
-use crate::signals::Signals;
+use crate::log::note;
+use crate::signals::{Caught, Signals};
 use crate::stop::{ProcessGroup, StopPolicy};
 
 /// How often the group is looked at once its leader has exited (nothing signals that the
@@ -76,6 +77,8 @@ pub(crate) struct Ended {
 struct Stopping {
     /// SIGTERM was sent.
     terminated: bool,
+    /// A SIGINT or SIGTERM sent to leasehold was passed on.
+    asked: bool,
     /// When SIGKILL is due.
     kill_at: Option<Instant>,
     /// When SIGKILL was sent.
@@ -102,6 +105,33 @@ impl Stopping {
         }
     }
 
+    /// A SIGINT or SIGTERM sent to leasehold, `caught`: the first is passed on, and SIGKILL
+    /// follows after `grace` (or sooner, if it was due sooner already); a second one sends
+    /// SIGKILL at once, for a command that does not stop on the first.
+    fn asked(&mut self, command: &impl CommandGroup, caught: Caught, grace: Duration) {
+        if self.killed_at.is_some() {
+            return;
+        }
+        if self.asked {
+            eprintln!(
+                "leasehold: {} again: sending SIGKILL to the command",
+                caught.name()
+            );
+            self.kill(command);
+            return;
+        }
+        self.asked = true;
+        command.signal(caught.signal());
+        note!(
+            "leasehold: {} passed on to the command; SIGKILL in {} unless it exits, or at once \
+             on another SIGINT or SIGTERM",
+            caught.name(),
+            format_duration(grace)
+        );
+        let at = Instant::now() + grace;
+        self.kill_at = Some(self.kill_at.map_or(at, |due| due.min(at)));
+    }
+
     fn kill(&mut self, command: &impl CommandGroup) {
         command.signal(Signal::KILL);
         self.kill_at = None;
@@ -111,6 +141,11 @@ impl Stopping {
 
 /// Waits for the command to exit, and for whatever it left in its group to be gone, passing
 /// signals on and stopping the group when the lease is lost.
+///
+/// A SIGINT or SIGTERM sent to leasehold asks the command to stop: the first is passed on,
+/// and SIGKILL follows after the grace, or at once on a second one (a command that ignores
+/// SIGTERM could otherwise be stopped only by SIGKILL to leasehold, which leaves it running
+/// without a lease).
 ///
 /// Nothing of the group may outlive the lease: once the command's own process has exited,
 /// what is left of its group (`worker &`) is stopped as a lost lease's command is —
@@ -153,7 +188,13 @@ pub(crate) async fn supervise<B: LeaseBackend>(
                 }
             }
             () = sleep_until_or_never(stopping.kill_at) => stopping.kill(command),
-            caught = signals.next() => command.signal(caught.signal()),
+            caught = signals.next() => {
+                if caught.asks_to_stop() {
+                    stopping.asked(command, caught, stop.grace());
+                } else {
+                    command.signal(caught.signal());
+                }
+            }
             exited = command.exited(), if status.is_none() => {
                 // The branches above come first, but a stall (SIGSTOP, a starved VM) can end
                 // with this task already queued: it then sees the exit, which is read from the

@@ -111,25 +111,114 @@ fn a_command_that_exits_while_leasehold_stalls_past_the_lease_is_70() {
 
 #[test]
 fn sigint_and_sigterm_are_passed_on_to_the_command() {
+    use rustix::process::Signal;
+    let server = RedisServer::start();
+    for (signal, name) in [(Signal::INT, "INT"), (Signal::TERM, "TERM")] {
+        let scratch = Scratch::new();
+        let mut command = leasehold(&server.url());
+        command.args(["run", "r", "--"]).args(scratch.sh(&format!(
+            r#"trap 'echo INT >> "$D/signals"; exit 9' INT
+               trap 'echo TERM >> "$D/signals"; exit 9' TERM
+               echo started > "$D/started"
+               {SPIN}"#
+        )));
+        let running = Running::start(command);
+        wait_for_file(&scratch.path("started"));
+        send(running.pid(), signal);
+        let done = running.finish();
+        done.assert_code(9);
+        assert_eq!(read(&scratch.path("signals")), format!("{name}\n"));
+        assert!(
+            done.stderr
+                .contains(&format!("SIG{name} passed on to the command")),
+            "{done:#?}"
+        );
+        assert_eq!(server.cmd(&["EXISTS", &lease_key("r")]), Reply::Int(0));
+    }
+}
+
+/// A command that traps SIGTERM and carries on: the first SIGTERM or SIGINT is passed on,
+/// and a second one sent to leasehold kills it at once, long before the grace ends.
+#[test]
+fn a_second_sigterm_or_sigint_kills_a_command_that_ignores_the_first() {
+    use rustix::process::Signal;
+    let server = RedisServer::start();
+    for (first, second) in [
+        (Signal::TERM, Signal::TERM),
+        (Signal::INT, Signal::TERM),
+        (Signal::TERM, Signal::INT),
+    ] {
+        let scratch = Scratch::new();
+        let mut command = leasehold(&server.url());
+        command
+            .args(["run", "r", "--grace", "1m", "--"])
+            .args(scratch.sh(&format!(
+                r#"trap 'echo caught >> "$D/signals"' INT TERM
+                   echo $$ > "$D/pid"
+                   {SPIN}"#
+            )));
+        let running = Running::start(command);
+        let pid: u32 = wait_for_file(&scratch.path("pid")).trim().parse().unwrap();
+        send(running.pid(), first);
+        // Passed on and ignored: the command is still there.
+        wait_until("the command to see the first signal", || {
+            read(&scratch.path("signals"))
+                .contains("caught")
+                .then_some(())
+        });
+        assert!(!is_dead(pid), "{first:?}: the first signal killed it");
+        let sent_at = Instant::now();
+        send(running.pid(), second);
+        let died_at = wait_until("the command to die", || is_dead(pid).then(Instant::now));
+        let done = running.finish();
+        // Ended by SIGKILL: 128 + 9.
+        done.assert_code(137);
+        assert!(
+            died_at - sent_at < Duration::from_secs(10),
+            "{first:?} then {second:?}: it lived {:?} after the second signal, a grace of a \
+             minute was not cut short",
+            died_at - sent_at
+        );
+        assert!(
+            done.stderr
+                .contains("again: sending SIGKILL to the command"),
+            "{done:#?}"
+        );
+        assert_eq!(read(&scratch.path("signals")), "caught\n", "{first:?}");
+        assert_eq!(server.cmd(&["EXISTS", &lease_key("r")]), Reply::Int(0));
+    }
+}
+
+/// One SIGTERM, and a command that ignores it: SIGKILL when the grace runs out.
+#[test]
+fn the_grace_after_a_sigterm_ends_with_sigkill() {
     let server = RedisServer::start();
     let scratch = Scratch::new();
+    let grace = Duration::from_millis(500);
     let mut command = leasehold(&server.url());
-    command.args(["run", "r", "--"]).args(scratch.sh(&format!(
-        r#"trap 'echo INT >> "$D/signals"' INT
-           trap 'echo TERM >> "$D/signals"; exit 9' TERM
-           echo started > "$D/started"
-           {SPIN}"#
-    )));
+    command
+        .args(["run", "r", "--grace", "500ms", "--"])
+        .args(scratch.sh(&format!(
+            r#"trap 'echo TERM >> "$D/signals"' TERM
+               echo $$ > "$D/pid"
+               {SPIN}"#
+        )));
     let running = Running::start(command);
-    wait_for_file(&scratch.path("started"));
-    send(running.pid(), rustix::process::Signal::INT);
-    wait_until("the command to report SIGINT", || {
-        read(&scratch.path("signals")).contains("INT").then_some(())
-    });
+    let pid: u32 = wait_for_file(&scratch.path("pid")).trim().parse().unwrap();
+    let sent_at = Instant::now();
     send(running.pid(), rustix::process::Signal::TERM);
+    let died_at = wait_until("the command to die", || is_dead(pid).then(Instant::now));
     let done = running.finish();
-    done.assert_code(9);
-    assert_eq!(read(&scratch.path("signals")), "INT\nTERM\n");
+    done.assert_code(137);
+    assert_eq!(read(&scratch.path("signals")), "TERM\n", "{done:#?}");
+    assert!(
+        died_at - sent_at >= grace,
+        "killed before the grace ran out"
+    );
+    assert!(
+        done.stderr.contains("SIGKILL in 500ms unless it exits"),
+        "{done:#?}"
+    );
     assert_eq!(server.cmd(&["EXISTS", &lease_key("r")]), Reply::Int(0));
 }
 
