@@ -19,13 +19,14 @@ use std::time::Duration;
 use leasehold_redis::RedisBackend;
 use leasehold_redis::RedisLeases;
 use leasehold_redis::leasehold::{
-    Abandoned, AcquireOutcome, LeaseHandle, LeaseRequest, LeaseState, ReleaseOutcome,
-    UnavailableCause,
+    Abandoned, AcquireOutcome, InspectOutcome, LeaseHandle, LeaseRequest, LeaseState, LossReason,
+    ReleaseOutcome, UnavailableCause,
 };
 
 use crate::config::RunConfig;
 use crate::duration::format_duration;
 use crate::exit;
+use crate::inspect;
 use crate::log::note;
 use crate::remedy;
 use crate::signals::Signals;
@@ -187,6 +188,7 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
 
     // Returns once nothing of the command's group is left: only then may the lease go.
     let Ended { status, lease_lost } = supervise(&mut command, &kept, stop, &mut signals).await;
+    let lost_at_server = kept.signal().reason() == Some(LossReason::LostToAnother);
     match &status {
         Ok(status) => {
             report.command_exit = Some(exit::of_child(*status));
@@ -198,9 +200,14 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
     tracing::info!(outcome = %release, "released the lease");
     let ended_early = report_release(release);
     if lease_lost {
+        let found = if lost_at_server {
+            found_after_loss(&client, &request).await
+        } else {
+            String::new()
+        };
         eprintln!(
-            "leasehold: the lease was lost while the command ran; its work may not have been \
-             covered by the lease"
+            "leasehold: the lease was lost while the command ran{found}; its work may not have \
+             been covered by the lease"
         );
         report.outcome = "lost";
         return exits.loss;
@@ -228,6 +235,30 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
             eprintln!("leasehold: lost track of the command ({e}); it was killed");
             exit::FAILURE
         }
+    }
+}
+
+/// What the server holds now for a lease a renewal found it no longer held, as a clause for
+/// the loss message (empty when it cannot be read).
+///
+/// Read after the command is gone, so that it delays no signal. It tells what is there now,
+/// not what the renewal met: a key found gone may have been removed by an operator or
+/// another client, or have expired, been evicted or flushed; and a new grant may have come
+/// since.
+async fn found_after_loss(client: &RedisLeases, request: &LeaseRequest) -> String {
+    match client
+        .inspect(request.purpose(), request.resource(), None)
+        .await
+    {
+        InspectOutcome::Free => ": the lease's key is gone from the server: it was removed (by \
+             `leasehold break` or another client deleting the key), or it expired, was evicted \
+             or was flushed"
+            .to_owned(),
+        InspectOutcome::HeldByOther(view) => {
+            let (holder, fence, _) = inspect::parts(&view);
+            format!(": another grant holds the lease now ({holder}, {fence})")
+        }
+        _ => String::new(),
     }
 }
 

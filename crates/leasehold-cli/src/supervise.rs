@@ -179,7 +179,7 @@ pub(crate) async fn supervise<B: LeaseBackend>(
             biased;
             reason = kept.signal().lost(), if !lease_lost => {
                 lease_lost = true;
-                lost(command, kept, stop, &mut stopping, &format!("{reason:?}"));
+                lost(command, kept, stop, &mut stopping, &reason.to_string());
             }
             () = tokio::time::sleep(until_backstop), if !lease_lost => {
                 if kept.handle().remaining_validity() <= stop.backstop() {
@@ -209,7 +209,7 @@ pub(crate) async fn supervise<B: LeaseBackend>(
                     let reason = kept
                         .signal()
                         .reason()
-                        .map_or_else(|| "validity about to end".to_owned(), |r| format!("{r:?}"));
+                        .map_or_else(|| "validity about to end".to_owned(), |r| r.to_string());
                     let reason = format!("{reason}, as the command exited");
                     lost(command, kept, stop, &mut stopping, &reason);
                 }
@@ -252,7 +252,8 @@ pub(crate) async fn supervise<B: LeaseBackend>(
     }
 }
 
-/// The lease is lost: stop the group, SIGKILL no later than the validity left allows.
+/// The lease is lost, for `reason` (in words): stop the group, SIGKILL no later than the
+/// validity left allows.
 fn lost<B: LeaseBackend>(
     command: &impl CommandGroup,
     kept: &LeaseGuard<B>,
@@ -261,10 +262,14 @@ fn lost<B: LeaseBackend>(
     reason: &str,
 ) {
     let kill_after = stop.kill_after(kept.handle().remaining_validity());
-    eprintln!(
-        "leasehold: lease lost ({reason}); stopping the command: SIGTERM now, SIGKILL in {}",
-        format_duration(kill_after)
-    );
+    let how = if kill_after.is_zero() {
+        // A lease the server no longer holds has no validity left: another may be granted it
+        // now, so there is no time for a grace.
+        "SIGTERM and SIGKILL now, as no validity is left for a grace".to_owned()
+    } else {
+        format!("SIGTERM now, SIGKILL in {}", format_duration(kill_after))
+    };
+    eprintln!("leasehold: lease lost ({reason}); stopping the command: {how}");
     stopping.begin(command, kill_after);
 }
 

@@ -244,3 +244,38 @@ fn list_and_break_exit_paths() {
     done.assert_code(0);
     assert_eq!(done.stdout.trim(), "[]", "{done:#?}");
 }
+
+/// The holder of a broken lease is told in words what happened: the key was removed (or gone
+/// some other way the server cannot tell apart), not a debug name and a zero-second grace.
+#[test]
+fn a_run_whose_lease_is_broken_says_the_lease_was_removed() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "nightly", "--ttl", "3s", "--grace", "1m", "--"])
+        .args(scratch.sh(&format!(
+            r#"trap 'echo TERM >> "$D/signals"' TERM
+               echo $$ > "$D/pid"
+               {SPIN}"#
+        )));
+    let old = Running::start(command);
+    let pid: u32 = wait_for_file(&scratch.path("pid")).trim().parse().unwrap();
+    let mut command = leasehold(&server.url());
+    command.args(["break", "nightly", "--yes"]);
+    run_to_end(command).assert_code(0);
+    wait_until("the command to be stopped", || is_dead(pid).then_some(()));
+    let done = old.finish();
+    done.assert_code(70);
+    for said in [
+        "lease lost (the server no longer holds this grant)",
+        "SIGTERM and SIGKILL now, as no validity is left for a grace",
+        "it was removed (by `leasehold break` or another client deleting the key), or it \
+         expired, was evicted or was flushed",
+    ] {
+        assert!(done.stderr.contains(said), "{said}: {done:#?}");
+    }
+    for debug in ["LostToAnother", "SIGKILL in 0s"] {
+        assert!(!done.stderr.contains(debug), "{debug}: {done:#?}");
+    }
+}

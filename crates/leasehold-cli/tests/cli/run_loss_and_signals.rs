@@ -24,11 +24,57 @@ fn a_lease_lost_to_another_stops_the_command_70() {
     let died_at = wait_until("the command to die", || is_dead(pid).then(Instant::now));
     let done = running.finish();
     done.assert_code(70);
-    assert!(done.stderr.contains("LostToAnother"), "{done:#?}");
+    // In words: what the server said, and what it holds now; SIGKILL at once, said so.
+    assert!(
+        done.stderr
+            .contains("lease lost (the server no longer holds this grant)"),
+        "{done:#?}"
+    );
+    assert!(
+        done.stderr
+            .contains("SIGTERM and SIGKILL now, as no validity is left for a grace"),
+        "{done:#?}"
+    );
+    assert!(
+        done.stderr
+            .contains("the lease's key is gone from the server"),
+        "{done:#?}"
+    );
+    for debug in ["LostToAnother", "SIGKILL in 0s"] {
+        assert!(!done.stderr.contains(debug), "{debug}: {done:#?}");
+    }
     assert!(
         died_at - deleted_at < Duration::from_secs(5),
         "the command lived {:?} after the loss",
         died_at - deleted_at
+    );
+}
+
+/// Taken over: what the server holds now is named, the other grant's fence with it.
+#[test]
+fn a_lease_taken_over_names_the_grant_that_holds_it_now() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let mut command = leasehold(&server.url());
+    command
+        .args(["run", "r", "--ttl", "3s", "--"])
+        .args(scratch.sh(&format!(r#"echo $$ > "$D/pid"; {SPIN}"#)));
+    let running = Running::start(command);
+    let pid: u32 = wait_for_file(&scratch.path("pid")).trim().parse().unwrap();
+    assert_eq!(server.cmd(&["DEL", &lease_key("r")]), Reply::Int(1));
+    let other = Held::new(&server, "r", Duration::from_secs(30));
+    wait_until("the command to be stopped", || is_dead(pid).then_some(()));
+    let done = running.finish();
+    done.assert_code(70);
+    let fence = other.lease().fence().get();
+    assert!(
+        done.stderr.contains(&format!(
+            "another grant holds the lease now ({}, fence {fence})",
+            inspect_json(&server, "r")["holder"]
+                .as_str()
+                .expect("a holder")
+        )),
+        "{done:#?}"
     );
 }
 
@@ -77,7 +123,12 @@ fn a_stopped_server_stops_the_command_before_validity_ends_70() {
         "the command died {:?} after the lease could have been granted again",
         died_at - expiry
     );
-    assert!(done.stderr.contains("Unreachable"), "{done:#?}");
+    assert!(
+        done.stderr
+            .contains("lease lost (renewals failed or went unanswered"),
+        "{done:#?}"
+    );
+    assert!(!done.stderr.contains("Unreachable"), "{done:#?}");
 }
 
 #[test]
