@@ -81,6 +81,9 @@ pub(crate) fn command() -> clap::Command {
     // Building propagates the global arguments into each subcommand, where they can then be
     // changed for that subcommand alone.
     command.build();
+    let command = command.mut_subcommand("run", |run| {
+        run.after_long_help(format!("{}\n\n{}", indented(RUN_EXAMPLES), exit::TABLE))
+    });
     command.mut_subcommand("demo", |demo| {
         // In place (`mut_arg` would move the argument behind the index clap built).
         demo.mut_args(|arg| {
@@ -93,6 +96,54 @@ pub(crate) fn command() -> clap::Command {
             )
         })
     })
+}
+
+/// `run` where it is usually called from, consistent with the README's own examples (a test
+/// checks that their lines are here): under `Examples:` in `run --help`, and as the EXAMPLES
+/// section of leasehold(1) and leasehold-run(1).
+const RUN_EXAMPLES: &str = "\
+# crontab: run the report on one host per tick; a skip (another host has the lease) exits 0
+# and prints nothing, so cron sends no mail
+*/5 * * * * leasehold run R --conflict-exit-code 0 -q -- ./report.sh
+
+# systemd: /etc/systemd/system/report.service; 75 (held elsewhere) is a success
+[Service]
+Type=oneshot
+Environment=LEASEHOLD_REDIS_URL=redis://redis.internal:6379 LEASEHOLD_TTL=1m
+ExecStart=/usr/local/bin/leasehold run nightly-report -- /usr/local/bin/report.sh
+SuccessExitStatus=75
+
+# and /etc/systemd/system/report.timer, started on every host with
+# `systemctl enable --now report.timer` (if the report can end before a host whose clock is
+# behind starts it, add --hold-at-least 10m to ExecStart: it then runs once a night)
+[Unit]
+Description=The nightly report, on one host
+
+[Timer]
+OnCalendar=*-*-* 02:00:00
+
+[Install]
+WantedBy=timers.target
+
+# a CI step (GitHub Actions): wait for the shared staging environment; the --json report is
+# the last line of stdout
+- run: leasehold run staging-deploy --wait inf --json -- ./deploy.sh
+  env:
+    LEASEHOLD_REDIS_URL: ${{ secrets.LEASE_REDIS_URL }}";
+
+/// The examples under a heading, indented as clap indents its own sections.
+fn indented(examples: &str) -> String {
+    let lines: Vec<String> = examples
+        .lines()
+        .map(|line| {
+            if line.is_empty() {
+                String::new()
+            } else {
+                format!("  {line}")
+            }
+        })
+        .collect();
+    format!("Examples:\n{}", lines.join("\n"))
 }
 
 /// The subcommands.
@@ -140,10 +191,61 @@ pub(crate) const MAN_PAGES: [&str; 7] = [
     "man",
 ];
 
+/// A man page: clap_mangen's, from the same definitions as `--help`, with an EXAMPLES section
+/// of its own (clap_mangen would fill `run --help`'s examples into one paragraph).
+pub(crate) struct ManPage {
+    man: clap_mangen::Man,
+    examples: Option<&'static str>,
+}
+
+impl std::fmt::Debug for ManPage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManPage")
+            .field("examples", &self.examples.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ManPage {
+    /// Writes the page (roff) to `w`: EXAMPLES, when the page has them, before VERSION.
+    pub(crate) fn render(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        let mut page = Vec::new();
+        self.man.render(&mut page)?;
+        let Some(examples) = self.examples else {
+            return w.write_all(&page);
+        };
+        let page = String::from_utf8_lossy(&page);
+        let section = examples_section(examples);
+        let at = page.find("\n.SH VERSION").map_or(page.len(), |at| at + 1);
+        w.write_all(page[..at].as_bytes())?;
+        w.write_all(section.as_bytes())?;
+        w.write_all(page[at..].as_bytes())
+    }
+}
+
+/// `examples` as a roff section, line for line (`.nf`), escaped so that roff neither reads a
+/// line as a request nor prints a flag's `-` as a hyphen that cannot be pasted.
+fn examples_section(examples: &str) -> String {
+    let mut section = String::from(".SH EXAMPLES\n.nf\n");
+    for line in examples.lines() {
+        let escaped = line.replace('\\', "\\e").replace('-', "\\-");
+        if escaped.starts_with(['.', '\'']) {
+            section.push_str("\\&");
+        }
+        section.push_str(&escaped);
+        section.push('\n');
+    }
+    section.push_str(".fi\n");
+    section
+}
+
 /// The man page of `leasehold` (`None`) or of one of its subcommands, from the same
 /// definitions as `--help`; `help` is left out of the pages, which list the subcommands.
-pub(crate) fn man_page(subcommand: Option<&str>) -> Option<clap_mangen::Man> {
-    let top = command().mut_subcommand("help", |help| help.hide(true));
+pub(crate) fn man_page(subcommand: Option<&str>) -> Option<ManPage> {
+    let top = command()
+        .mut_subcommand("help", |help| help.hide(true))
+        // The examples get a section of their own: the exit codes alone stay in EXTRA.
+        .mut_subcommand("run", |run| run.after_long_help(exit::TABLE));
     let page = match subcommand {
         None => top,
         Some(name) => top
@@ -151,8 +253,10 @@ pub(crate) fn man_page(subcommand: Option<&str>) -> Option<clap_mangen::Man> {
             .filter(|page| !page.is_hide_set())?
             .clone(),
     };
+    let examples = matches!(subcommand, None | Some("run")).then_some(RUN_EXAMPLES);
     // The footer names the program and its version on every page, not the subcommand.
-    Some(clap_mangen::Man::new(page).source(concat!("leasehold ", env!("CARGO_PKG_VERSION"))))
+    let man = clap_mangen::Man::new(page).source(concat!("leasehold ", env!("CARGO_PKG_VERSION")));
+    Some(ManPage { man, examples })
 }
 
 const RUN_LONG_ABOUT: &str = "\

@@ -293,3 +293,66 @@ fn every_man_page_the_top_page_names_can_be_printed() {
     }
     man(&["nope"]).assert_code(2);
 }
+
+/// `run --help` and the man pages show where `run` is called from — cron, a systemd service
+/// and its timer, a CI step — with the README's own lines, word for word.
+#[test]
+fn run_help_and_the_man_pages_show_the_readme_s_examples_and_a_timer() {
+    let readme = include_str!("../../../../README.md");
+    let readme_lines: Vec<&str> = readme
+        .lines()
+        .filter(|l| {
+            l.starts_with("*/5 * * * * leasehold ")
+                || l.starts_with("ExecStart=")
+                || l.starts_with("SuccessExitStatus=")
+                || l.starts_with("Environment=LEASEHOLD_")
+                || l.starts_with("- run: leasehold run ")
+                || l.contains("LEASEHOLD_REDIS_URL: ${{")
+        })
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        readme_lines.len(),
+        6,
+        "the README's examples: {readme_lines:?}"
+    );
+    let timer = [
+        "[Timer]",
+        "OnCalendar=*-*-* 02:00:00",
+        "WantedBy=timers.target",
+        "systemctl enable --now report.timer",
+    ];
+    let output = |args: &[&str]| {
+        let mut command = leasehold("redis://127.0.0.1:1");
+        command.args(args);
+        let done = run_to_end(command);
+        done.assert_code(0);
+        done.stdout
+    };
+    let help = output(&["run", "--help"]);
+    let at = help.find("\nExamples:\n").expect("an Examples section");
+    let examples = &help[at..];
+    // Unescaped as man shows them: a flag's `\-` is a `-`.
+    let run_page = output(&["man", "run"]).replace("\\-", "-");
+    let top_page = output(&["man"]).replace("\\-", "-");
+    for (name, text) in [
+        ("run --help", examples),
+        ("leasehold-run(1)", run_page.as_str()),
+        ("leasehold(1)", top_page.as_str()),
+    ] {
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        for line in &readme_lines {
+            assert!(lines.contains(line), "{name} lacks {line:?}: {text}");
+        }
+        for needle in timer {
+            assert!(text.contains(needle), "{name} lacks {needle:?}: {text}");
+        }
+    }
+    // In a section of its own, line for line, not filled into a paragraph.
+    for page in [&run_page, &top_page] {
+        let section = page
+            .find(".SH EXAMPLES\n.nf\n")
+            .expect("an EXAMPLES section");
+        assert!(page[section..].contains("\n.fi\n"), "{page}");
+    }
+}
