@@ -188,7 +188,10 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
 
     // Returns once nothing of the command's group is left: only then may the lease go.
     let Ended { status, lease_lost } = supervise(&mut command, &kept, stop, &mut signals).await;
-    let lost_at_server = kept.signal().reason() == Some(LossReason::LostToAnother);
+    let lost_at_server = matches!(
+        kept.signal().reason(),
+        Some(LossReason::LostToAnother | LossReason::MasterReplaced)
+    );
     match &status {
         Ok(status) => {
             report.command_exit = Some(exit::of_child(*status));
