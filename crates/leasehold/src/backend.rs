@@ -88,7 +88,7 @@ pub struct GrantReply {
     /// The backend's *term* when the server granted: a number it changes whenever the server
     /// that decides is replaced (a Sentinel failover names another master). A renewal of a
     /// grant from an earlier term that finds it gone is a loss to the replacement
-    /// ([`LossCause::MasterReplaced`](crate::LossCause::MasterReplaced)). 0 for a backend
+    /// ([`LossCause::MasterReplaced`]). 0 for a backend
     /// that has no terms.
     pub term: u64,
 }
