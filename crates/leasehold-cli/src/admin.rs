@@ -1,8 +1,10 @@
 //! An operator's commands: `leasehold list` (the leases held in a namespace) and `leasehold
 //! break` (remove a stuck one, its fence counter kept).
 
-use leasehold_redis::leasehold::LeaseView;
-use leasehold_redis::{Error, ListedLease, ListedState};
+use leasehold_redis::leasehold::{
+    InspectOutcome, LeaseBackend as _, LeaseView, Purpose, ResourceDigest,
+};
+use leasehold_redis::{Error, ListedLease, ListedState, RedisBackend};
 use serde_json::json;
 
 use crate::config::{BreakConfig, ListConfig, Named};
@@ -43,6 +45,7 @@ pub(crate) async fn break_lease(config: BreakConfig) -> u8 {
         lease:
             Named {
                 purpose,
+                also,
                 resource,
                 resource_name,
             },
@@ -68,11 +71,33 @@ pub(crate) async fn break_lease(config: BreakConfig) -> u8 {
         )
     } else {
         match &removed {
-            None => format!("{resource_name} (purpose {purpose}): no lease; nothing removed"),
+            None => format!(
+                "{resource_name} (purpose {purpose}): no lease; nothing removed{}",
+                held_elsewhere(&target.backend, &also, &resource).await
+            ),
             Some(view) => removed_sentence(&resource_name, &purpose.to_string(), view),
         }
     };
     answer(&text)
+}
+
+/// Where else a lease of that name is held, among the library's default purposes a name
+/// alone was also looked up under, as a hint to add `--purpose` (`break` removes only what it
+/// was named: never a lease of another purpose without being told).
+async fn held_elsewhere(
+    backend: &RedisBackend,
+    also: &[Purpose],
+    resource: &ResourceDigest,
+) -> String {
+    for purpose in also {
+        if let InspectOutcome::HeldByOther(_) = backend.inspect(purpose, resource, None).await {
+            return format!(
+                "; a lease of that name is held under purpose {purpose} (the library's): add \
+                 --purpose {purpose} to remove it"
+            );
+        }
+    }
+    String::new()
 }
 
 /// What `break` says it removed.

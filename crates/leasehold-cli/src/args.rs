@@ -429,14 +429,10 @@ pub(crate) struct LeaseName {
     #[arg(long, value_name = "sha256:HEX", conflicts_with = "resource")]
     pub(crate) digest: Option<String>,
 
-    /// The purpose the lease was taken for.
-    #[arg(
-        long,
-        value_name = "P",
-        env = "LEASEHOLD_PURPOSE",
-        default_value = "cli"
-    )]
-    pub(crate) purpose: String,
+    /// The purpose the lease was taken for [default: cli, the purpose of `run`; `inspect` then
+    /// looks under the library's defaults too: lock (`lock`, `run`) and election].
+    #[arg(long, value_name = "P", env = "LEASEHOLD_PURPOSE")]
+    pub(crate) purpose: Option<String>,
 }
 
 /// `leasehold inspect`.

@@ -141,6 +141,9 @@ pub(crate) struct RunConfig {
 #[derive(Debug)]
 pub(crate) struct Named {
     pub(crate) purpose: Purpose,
+    /// Where else to look when no purpose was given: the library's default purposes, whose
+    /// leases a name alone should find too (empty when one was given).
+    pub(crate) also: Vec<Purpose>,
     pub(crate) resource: ResourceDigest,
     /// The raw name (or the digest, if that is how it was given), for the human-readable line
     /// only: it is never sent.
@@ -374,9 +377,29 @@ fn inspect(
     })
 }
 
+/// The purpose `run` takes leases for unless told otherwise.
+pub(crate) const CLI_PURPOSE: &str = "cli";
+
+/// The library's default purposes: of `lock` and `run`, and of `election`.
+fn library_purposes() -> Result<Vec<Purpose>, ConfigError> {
+    [
+        leasehold_redis::leasehold::lock::DEFAULT_PURPOSE,
+        leasehold_redis::leasehold::election::ELECTION_PURPOSE,
+    ]
+    .into_iter()
+    .map(|p| Purpose::new(p).map_err(|e| usage(e.to_string())))
+    .collect()
+}
+
 /// The lease `name` names: by digest or by raw name, with its purpose.
 fn named(name: &LeaseName, origins: &Origins) -> Result<Named, ConfigError> {
-    let purpose = purpose(&name.purpose, origins)?;
+    let (purpose, also) = match &name.purpose {
+        Some(given) => (purpose(given, origins)?, Vec::new()),
+        None => (
+            Purpose::new(CLI_PURPOSE).map_err(|e| usage(e.to_string()))?,
+            library_purposes()?,
+        ),
+    };
     let (resource, resource_name) = match (&name.digest, &name.resource) {
         (Some(digest), _) => (
             ResourceDigest::parse(digest).map_err(|e| usage(format!("--digest: {e}")))?,
@@ -387,6 +410,7 @@ fn named(name: &LeaseName, origins: &Origins) -> Result<Named, ConfigError> {
     };
     Ok(Named {
         purpose,
+        also,
         resource,
         resource_name,
     })

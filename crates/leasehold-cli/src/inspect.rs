@@ -3,7 +3,7 @@
 use std::io::Write as _;
 
 use leasehold_redis::RedisBackend;
-use leasehold_redis::leasehold::{InspectOutcome, LeaseView};
+use leasehold_redis::leasehold::{InspectOutcome, LeaseView, Purpose};
 use serde_json::{Value, json};
 
 use crate::config::{InspectConfig, Named};
@@ -12,12 +12,18 @@ use crate::exit;
 use crate::remedy;
 
 /// Runs `leasehold inspect` and returns its exit code.
+///
+/// With no purpose given, a name free under `run`'s purpose is looked up under the library's
+/// default purposes too, so that `leasehold inspect nightly-report` finds the lease a Rust
+/// job's `client.lock("nightly-report")` holds; the answer names the purpose it was found
+/// under.
 pub(crate) async fn inspect(config: InspectConfig) -> u8 {
     let InspectConfig {
         target,
         lease:
             Named {
                 purpose,
+                also,
                 resource,
                 resource_name,
             },
@@ -25,29 +31,39 @@ pub(crate) async fn inspect(config: InspectConfig) -> u8 {
     } = config;
     let shown = target.shown;
     let client = RedisBackend::into_client(target.backend);
-    // No attempt: inspection by a bystander, which sees the holder's fingerprint only.
-    let view = match client.inspect(&purpose, &resource, None).await {
-        InspectOutcome::Free => None,
-        InspectOutcome::HeldByOther(view) | InspectOutcome::HeldByThisAttempt(view) => Some(view),
-        InspectOutcome::Unavailable(u) => {
-            if let Some(code) = exit::lasting_refusal(&u, &shown) {
-                return code;
+    let mut found = (purpose.clone(), None);
+    for purpose in std::iter::once(purpose).chain(also) {
+        // No attempt: inspection by a bystander, which sees the holder's fingerprint only.
+        let view = match client.inspect(&purpose, &resource, None).await {
+            InspectOutcome::Free => None,
+            InspectOutcome::HeldByOther(view) | InspectOutcome::HeldByThisAttempt(view) => {
+                Some(view)
             }
-            eprintln!("leasehold: Redis unavailable at {shown}: {u}");
-            remedy::tell_for(&u, &shown);
-            return exit::UNAVAILABLE;
+            InspectOutcome::Unavailable(u) => {
+                if let Some(code) = exit::lasting_refusal(&u, &shown) {
+                    return code;
+                }
+                eprintln!("leasehold: Redis unavailable at {shown}: {u}");
+                remedy::tell_for(&u, &shown);
+                return exit::UNAVAILABLE;
+            }
+            InspectOutcome::Indeterminate(i) => {
+                eprintln!("leasehold: no answer from Redis at {shown}: {i}");
+                return exit::UNAVAILABLE;
+            }
+            other => {
+                eprintln!("leasehold: could not inspect: {other:?}");
+                return exit::UNAVAILABLE;
+            }
+        };
+        if view.is_some() {
+            found = (purpose, view);
+            break;
         }
-        InspectOutcome::Indeterminate(i) => {
-            eprintln!("leasehold: no answer from Redis at {shown}: {i}");
-            return exit::UNAVAILABLE;
-        }
-        other => {
-            eprintln!("leasehold: could not inspect: {other:?}");
-            return exit::UNAVAILABLE;
-        }
-    };
+    }
+    let (purpose, view) = found;
     let line = if json {
-        to_json(view.as_ref())
+        to_json(&purpose, view.as_ref())
     } else {
         format!(
             "{resource_name} (purpose {purpose}): {}",
@@ -70,10 +86,15 @@ pub(crate) fn answer(text: &str) -> u8 {
     }
 }
 
-/// The `--json` object: the same six keys, in the documented order, whether held or free,
-/// so that a script reads one shape; a key that does not apply is `null` (or `false`).
-fn to_json(view: Option<&LeaseView>) -> String {
-    format!("{{{}}}", json_fields(view))
+/// The `--json` object: the same seven keys, in the documented order, whether held or free,
+/// so that a script reads one shape; a key that does not apply is `null` (or `false`). The
+/// last, `purpose`, says where the lease was found (or, free, the first purpose looked at).
+fn to_json(purpose: &Purpose, view: Option<&LeaseView>) -> String {
+    format!(
+        r#"{{{},"purpose":{}}}"#,
+        json_fields(view),
+        json!(purpose.as_str())
+    )
 }
 
 /// The six keys of [`to_json`], without the braces, for `list` and `break` to add theirs.
@@ -142,6 +163,10 @@ mod tests {
     use leasehold_redis::leasehold::{FenceToken, HolderFingerprint, HolderName};
     use std::time::Duration;
 
+    fn cli() -> Purpose {
+        Purpose::new("cli").unwrap()
+    }
+
     fn held() -> LeaseView {
         LeaseView::new(
             FenceToken::new(7),
@@ -151,19 +176,19 @@ mod tests {
     }
 
     #[test]
-    fn json_has_the_same_six_keys_held_or_free() {
+    fn json_has_the_same_seven_keys_held_or_free() {
         assert_eq!(
-            to_json(None),
-            r#"{"state":"free","fence":null,"remaining_ms":null,"holder":null,"holder_name":null,"released":false}"#
+            to_json(&cli(), None),
+            r#"{"state":"free","fence":null,"remaining_ms":null,"holder":null,"holder_name":null,"released":false,"purpose":"cli"}"#
         );
         assert_eq!(
-            to_json(Some(&held())),
-            r#"{"state":"held","fence":7,"remaining_ms":29812,"holder":"a9993e364706816a","holder_name":null,"released":false}"#
+            to_json(&cli(), Some(&held())),
+            r#"{"state":"held","fence":7,"remaining_ms":29812,"holder":"a9993e364706816a","holder_name":null,"released":false,"purpose":"cli"}"#
         );
         let unreadable = LeaseView::new(None, None, None);
         assert_eq!(
-            to_json(Some(&unreadable)),
-            r#"{"state":"held","fence":null,"remaining_ms":null,"holder":null,"holder_name":null,"released":false}"#
+            to_json(&cli(), Some(&unreadable)),
+            r#"{"state":"held","fence":null,"remaining_ms":null,"holder":null,"holder_name":null,"released":false,"purpose":"cli"}"#
         );
     }
 
@@ -171,17 +196,17 @@ mod tests {
     fn json_shows_the_holder_name_and_released_when_there_are_any() {
         let named = held().with_holder_name(HolderName::new("host-3:4711").unwrap());
         assert_eq!(
-            to_json(Some(&named)),
-            r#"{"state":"held","fence":7,"remaining_ms":29812,"holder":"a9993e364706816a","holder_name":"host-3:4711","released":false}"#
+            to_json(&cli(), Some(&named)),
+            r#"{"state":"held","fence":7,"remaining_ms":29812,"holder":"a9993e364706816a","holder_name":"host-3:4711","released":false,"purpose":"cli"}"#
         );
         let kept = held().with_released(true);
         assert_eq!(
-            to_json(Some(&kept)),
-            r#"{"state":"held","fence":7,"remaining_ms":29812,"holder":"a9993e364706816a","holder_name":null,"released":true}"#
+            to_json(&cli(), Some(&kept)),
+            r#"{"state":"held","fence":7,"remaining_ms":29812,"holder":"a9993e364706816a","holder_name":null,"released":true,"purpose":"cli"}"#
         );
         // A name is JSON-escaped like any string.
         let quoted = held().with_holder_name(HolderName::new(r#"a "b" \ c"#).unwrap());
-        let parsed: Value = serde_json::from_str(&to_json(Some(&quoted))).unwrap();
+        let parsed: Value = serde_json::from_str(&to_json(&cli(), Some(&quoted))).unwrap();
         assert_eq!(parsed["holder_name"], r#"a "b" \ c"#);
     }
 

@@ -363,6 +363,11 @@ struct Held {
 
 impl Held {
     fn new(server: &RedisServer, name: &str, ttl: Duration) -> Self {
+        Self::for_purpose(server, name, ttl, "cli")
+    }
+
+    /// A lease on `name` taken for `purpose`, as a library user's program takes it.
+    fn for_purpose(server: &RedisServer, name: &str, ttl: Duration, purpose: &str) -> Self {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -375,7 +380,7 @@ impl Held {
             .unwrap();
         let request = client
             .request(
-                Purpose::new("cli").unwrap(),
+                Purpose::new(purpose).unwrap(),
                 ResourceDigest::of(name),
                 attempt,
                 ttl,
