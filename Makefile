@@ -1,6 +1,11 @@
 # leasehold — the two quick-start commands are `make demo` and `make test`.
 CARGO ?= cargo
 LIB_CRATES := -p leasehold -p leasehold-redis
+# Warnings fail the build on the declared toolchain (CI's), and only warn on a newer one,
+# whose new lints must not break a user's `make test`. MSRV_STRICT=1 fails on any other.
+DECLARED_RUST := $(shell sed -n 's/^rust-version *= *"\(.*\)"/\1/p' Cargo.toml)
+ACTUAL_RUST := $(shell rustc --version 2>/dev/null | sed 's/^rustc \([0-9]*\.[0-9]*\).*/\1/')
+DENY := $(if $(filter $(DECLARED_RUST),$(ACTUAL_RUST)),-D warnings,-W warnings)
 
 .PHONY: test unit transports lint docs features msrv demo bench bench-instructions soak redis valgrind test-valkey examples
 
@@ -62,35 +67,35 @@ test-valkey: valgrind examples
 ## lint: formatting and clippy, warnings denied.
 lint:
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --all-features -- $(DENY)
 
 ## docs: rustdoc for the library crates and the (unpublished) simulator, missing docs and
 ## broken links denied.
 docs:
-	RUSTDOCFLAGS="-D warnings -D missing_docs" $(CARGO) doc --no-deps $(LIB_CRATES) -p leasehold-sim --all-features
+	RUSTDOCFLAGS="$(DENY) -D missing_docs" $(CARGO) doc --no-deps $(LIB_CRATES) -p leasehold-sim --all-features
 
 ## features: every feature combination a user can build compiles, warnings denied (clippy's
 ## -D warnings reaches our crates only, so dependencies are not rebuilt for it).
 features: msrv
-	$(CARGO) clippy -q -p leasehold --no-default-features -- -D warnings
-	$(CARGO) clippy -q -p leasehold-sim -- -D warnings
-	$(CARGO) clippy -q -p leasehold-redis --no-default-features -- -D warnings
-	$(CARGO) clippy -q -p leasehold-redis --features tls -- -D warnings
-	$(CARGO) clippy -q -p leasehold-redis --features metrics -- -D warnings
-	$(CARGO) clippy -q -p leasehold-redis --features serde -- -D warnings
-	$(CARGO) clippy -q -p leasehold --features metrics -- -D warnings
-	$(CARGO) clippy -q -p leasehold-cli -- -D warnings
+	$(CARGO) clippy -q -p leasehold --no-default-features -- $(DENY)
+	$(CARGO) clippy -q -p leasehold-sim -- $(DENY)
+	$(CARGO) clippy -q -p leasehold-redis --no-default-features -- $(DENY)
+	$(CARGO) clippy -q -p leasehold-redis --features tls -- $(DENY)
+	$(CARGO) clippy -q -p leasehold-redis --features metrics -- $(DENY)
+	$(CARGO) clippy -q -p leasehold-redis --features serde -- $(DENY)
+	$(CARGO) clippy -q -p leasehold --features metrics -- $(DENY)
+	$(CARGO) clippy -q -p leasehold-cli -- $(DENY)
 
 ## msrv: the toolchain is the declared rust-version, so every build above checks it (cargo
-## refuses an older one; a newer one here would hide an MSRV break, and fails this).
+## refuses an older one). A newer one cannot check it: `make test` says so and goes on, and
+## CI, which runs `make msrv MSRV_STRICT=1` on the declared toolchain, fails on any other.
 msrv:
-	@declared=$$(sed -n 's/^rust-version *= *"\(.*\)"/\1/p' Cargo.toml); \
-	actual=$$(rustc --version | sed 's/^rustc \([0-9]*\.[0-9]*\).*/\1/'); \
-	if [ "$$declared" != "$$actual" ]; then \
-	  echo "rust-version $$declared is declared, but rustc is $$actual: check with a $$declared toolchain"; \
-	  exit 1; \
-	fi; \
-	echo "rust-version $$declared: the toolchain in use"
+	@if [ "$(DECLARED_RUST)" != "$(ACTUAL_RUST)" ]; then \
+	  echo "rust-version $(DECLARED_RUST) is declared, but rustc is $(ACTUAL_RUST): the MSRV is not checked here (CI checks it; rustup toolchain install $(DECLARED_RUST) to check it yourself)"; \
+	  if [ -n "$(MSRV_STRICT)" ]; then exit 1; fi; \
+	else \
+	  echo "rust-version $(DECLARED_RUST): the toolchain in use"; \
+	fi
 
 ## demo: the fencing story, told by the `leasehold` binary on an ephemeral local redis-server.
 demo: redis
