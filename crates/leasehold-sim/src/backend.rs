@@ -232,6 +232,7 @@ impl LeaseBackend for SimBackend {
             key: key_of(grant.purpose(), grant.resource()),
             exact: exact(grant),
             ttl_ms: millis(grant.ttl()),
+            term: grant.term(),
         };
         match self.send(RequestKind::Renew, op).await {
             Ok(Applied::Renew(reply)) => reply,

@@ -50,6 +50,8 @@ pub(crate) enum WireOp {
         key: String,
         exact: Exact,
         ttl_ms: i64,
+        /// The term the grant was made in.
+        term: u64,
     },
     Release {
         key: String,
@@ -74,6 +76,16 @@ pub(crate) enum Applied {
 impl ServerState {
     /// Applies `op` at `now_us`, the server's clock in microseconds (its milliseconds, for
     /// expiry, are the same reading rounded down).
+    /// A renewal of a grant of `term` that found it gone (`cause`): lost to the replacement
+    /// if another master has answered since, as the Redis backend tells it.
+    fn lost(&self, term: u64, cause: LossCause) -> Applied {
+        Applied::Renew(RenewReply::Lost(if term == self.term {
+            cause
+        } else {
+            LossCause::MasterReplaced
+        }))
+    }
+
     pub(crate) fn apply(&mut self, op: &WireOp, now_us: i64, fallback: Duration) -> Applied {
         let now = now_us.div_euclid(1000);
         match op {
@@ -117,10 +129,13 @@ impl ServerState {
                             marked: false,
                         },
                     );
-                    Applied::Acquire(AcquireReply::Granted(GrantReply::new(
-                        FenceToken::new(fence).unwrap_or(FenceToken::MIN),
-                        duration_ms(px),
-                    )))
+                    Applied::Acquire(AcquireReply::Granted(
+                        GrantReply::new(
+                            FenceToken::new(fence).unwrap_or(FenceToken::MIN),
+                            duration_ms(px),
+                        )
+                        .with_term(self.term),
+                    ))
                 }
                 (None, Some(stored)) => {
                     let pttl = stored.expires_at_ms - now;
@@ -138,10 +153,9 @@ impl ServerState {
                     .with_released(stored.is_released());
                     // A released record's token never equals an owner token.
                     if stored.token == *token && stored.operation == *operation {
-                        return Applied::Acquire(AcquireReply::Replayed(GrantReply::new(
-                            fence,
-                            duration_ms(pttl),
-                        )));
+                        return Applied::Acquire(AcquireReply::Replayed(
+                            GrantReply::new(fence, duration_ms(pttl)).with_term(self.term),
+                        ));
                     }
                     self.mark(key);
                     Applied::Acquire(if stored.token == *token {
@@ -151,14 +165,19 @@ impl ServerState {
                     })
                 }
             },
-            WireOp::Renew { key, exact, ttl_ms } => match self.keyspace.live(key, now) {
+            WireOp::Renew {
+                key,
+                exact,
+                ttl_ms,
+                term,
+            } => match self.keyspace.live(key, now) {
                 // A value leasehold did not write is certainly not this grant.
                 _ if unusable_lease(&self.keyspace, key).is_some() => {
-                    Applied::Renew(RenewReply::Lost(LossCause::OtherHolder))
+                    self.lost(*term, LossCause::OtherHolder)
                 }
-                None => Applied::Renew(RenewReply::Lost(LossCause::Absent)),
+                None => self.lost(*term, LossCause::Absent),
                 Some(stored) if !matches_exact(&stored, exact) => {
-                    Applied::Renew(RenewReply::Lost(LossCause::OtherHolder))
+                    self.lost(*term, LossCause::OtherHolder)
                 }
                 Some(stored) => {
                     self.audit(RequestKind::Renew, &stored, exact);

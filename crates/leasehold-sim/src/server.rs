@@ -205,6 +205,8 @@ impl SimServer {
             state.history.truncate(keep);
             state.lineage += 1;
         }
+        // Another master answers from now on, whatever it lost.
+        state.term += 1;
         state.announce_all();
         state.go_down(
             self.world_now() + downtime.max(Self::MIN_DOWNTIME),

@@ -35,6 +35,10 @@ pub(crate) struct ServerState {
     pub(crate) pending: Vec<Pending>,
     /// How many restarts and lossy failovers the server went through.
     pub(crate) lineage: u64,
+    /// How many failovers replaced the master: the term a grant is made in, as the Redis
+    /// backend counts it on Sentinel (a restart keeps the term, as a restarted standalone
+    /// server does).
+    pub(crate) term: u64,
     /// Until when, by the world clock, the server refuses every request, and why (a restart or
     /// failover in progress).
     pub(crate) down: Option<(Duration, &'static str)>,
@@ -68,6 +72,7 @@ impl ServerState {
             history: VecDeque::new(),
             pending: Vec::new(),
             lineage: 0,
+            term: 0,
             down: None,
             non_owner_successes: Vec::new(),
             notices: HashMap::new(),
