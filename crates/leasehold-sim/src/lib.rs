@@ -15,7 +15,37 @@
 //! It is a crate of its own, as `tokio-test` is beside `tokio`, so that the provider-neutral
 //! `leasehold` knows nothing of Redis keys or expiry and carries no test-only feature: its own
 //! tests, the Redis adapter's differential test and the CLI's unit tests take this crate as a
-//! dev-dependency. It is not published.
+//! dev-dependency.
+//!
+//! # Testing your own code
+//!
+//! It is also the test kit for code that uses leasehold: write the code that takes leases
+//! generic over the backend (`async fn job<B: LeaseBackend>(client: &LeaseClient<B>)`; the
+//! Redis client `leasehold_redis::RedisLeases` is a `LeaseClient<RedisBackend>`), and its tests
+//! run it on a [`SimServer`] instead of Redis, as a dev-dependency:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! leasehold-sim = { path = "<checkout>/crates/leasehold-sim" }
+//! tokio = { version = "1", features = ["macros", "rt", "test-util"] }
+//! ```
+//!
+//! Under `#[tokio::test(start_paused = true)]`, with the server and every client on one
+//! [`TokioClock`](leasehold::TokioClock) ([`SimServer::with_clock`]), time is virtual: a test of
+//! a 30-second job runs in milliseconds, and every instant is exact. Faults come on demand:
+//!
+//! - a lost reply or request, a late or delayed one, on one client's next calls
+//!   ([`SimBackend::inject`], [`SimBackend::inject_many`] with a [`Fault`]): many lost requests
+//!   in a row are a network cut, and past the TTL the lease is the next taker's;
+//! - a failover that loses the last writes ([`SimServer::failover`]): a holder whose grant the
+//!   new master does not hold is told `LossReason::MasterReplaced`, as on Redis Sentinel;
+//! - a restart without persistence ([`SimServer::restart`]), a stepped server clock
+//!   ([`SimServer::step_clock`]), a key deleted by hand ([`SimServer::delete`]).
+//!
+//! `tests/testing_your_code.rs` in this crate is such a test, written as a user writes one: a
+//! job that posts rows under a lease, checked through a cut past its TTL while another worker
+//! takes over and through a failover; and the same check run on a job that ignores the loss
+//! signal, which fails.
 //!
 //! The world clock is one of two kinds:
 //!
