@@ -13,13 +13,13 @@ fn summary(done: &Finished) -> serde_json::Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {done:#?}"))
 }
 
-/// The README's crontab line, split into `leasehold`'s arguments.
+/// The CLI guide's (docs/cli.md) crontab line, split into `leasehold`'s arguments.
 fn readme_cron_line() -> Vec<String> {
-    let readme = include_str!("../../../../README.md");
+    let readme = include_str!("../../../../docs/cli.md");
     let line = readme
         .lines()
         .find_map(|l| l.strip_prefix("*/5 * * * * leasehold "))
-        .expect("the README shows a crontab line");
+        .expect("docs/cli.md shows a crontab line");
     line.split_whitespace().map(str::to_owned).collect()
 }
 
@@ -39,7 +39,7 @@ fn a_skipped_run_with_conflict_exit_code_0_and_q_succeeds_and_prints_nothing() {
         cron.contains(&"--conflict-exit-code".to_owned()),
         "{cron:?}"
     );
-    // The README's cron line, exactly: it runs when the lease is free...
+    // The CLI guide's cron line, exactly: it runs when the lease is free...
     let mut command = leasehold(&server.url());
     command.current_dir(scratch.path("")).args(&cron);
     let done = run_to_end(command);
@@ -295,10 +295,10 @@ fn every_man_page_the_top_page_names_can_be_printed() {
 }
 
 /// `run --help` and the man pages show where `run` is called from — cron, a systemd service
-/// and its timer, a CI step — with the README's own lines, word for word.
+/// and its timer, a CI step — with the CLI guide's (docs/cli.md) own lines, word for word.
 #[test]
 fn run_help_and_the_man_pages_show_the_readme_s_examples_and_a_timer() {
-    let readme = include_str!("../../../../README.md");
+    let readme = include_str!("../../../../docs/cli.md");
     let readme_lines: Vec<&str> = readme
         .lines()
         .filter(|l| {
@@ -314,7 +314,7 @@ fn run_help_and_the_man_pages_show_the_readme_s_examples_and_a_timer() {
     assert_eq!(
         readme_lines.len(),
         6,
-        "the README's examples: {readme_lines:?}"
+        "docs/cli.md's examples: {readme_lines:?}"
     );
     let timer = [
         "[Timer]",
