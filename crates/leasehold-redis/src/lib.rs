@@ -1,22 +1,92 @@
-//! Redis backend for [`leasehold`]: leases with fencing tokens, in four Lua scripts.
+//! Redis backend for [`leasehold`]: leases with fencing tokens, in four Lua scripts, on a
+//! standalone server, behind Sentinel or on a Cluster, picked from one URL.
 //!
-//! [`RedisBackend`] implements the [`leasehold::LeaseBackend`] port on one Redis deployment: a
-//! standalone server ([`RedisBackend::open`]), a master found through Sentinel
-//! ([`RedisBackend::open_sentinel`]) or a Cluster ([`RedisBackend::open_cluster`]), over TCP or
-//! TLS (feature `tls`), optionally gating grants on replication
-//! ([`RedisSettings::with_replication`]).
-//! Each operation is one script run by EVALSHA (one round trip once the scripts are cached),
-//! atomic on the server. Acquire increments a per-resource fence counter on every new grant and
-//! stores the fence with the lease; renew and release act only on the exact grant.
+//! # One call: `lock`, `run`, `election`
 //!
-//! Every Redis error is mapped into the port's vocabulary: refused before running (READONLY,
-//! LOADING, BUSY, MASTERDOWN, NOPERM, OOM, …) or never sent (no connection) is `Unavailable`;
-//! anything that may have run (a response timeout, a connection dropped after sending, an
-//! error inside a script, an unreadable reply) is `Indeterminate`.
+//! Open a backend from a URL ([`RedisBackend::open`]: `redis://`, `rediss://`,
+//! `redis+sentinel://…/service`, `redis+cluster://…`) and make its client, a [`RedisLeases`].
+//! [`lock`](leasehold::LeaseClient::lock) takes a lease and keeps it alive; the
+//! [`LeaseGuard`](leasehold::LeaseGuard) it gives has the grant's
+//! [`fence`](leasehold::LeaseGuard::fence) for every write, a
+//! [`lost`](leasehold::LeaseGuard::lost) future that fires — with the reason — before the
+//! lease could be granted to anyone else, and a typed
+//! [`release`](leasehold::LeaseGuard::release):
 //!
-//! This is not a quorum lock (Redlock): it runs on one Redis lineage, and a failover that loses
-//! writes can grant a lease twice and reissue a fence. See the README for what each guarantee
-//! covers.
+//! ```no_run
+//! # async fn write_orders(_fence: leasehold_redis::leasehold::FenceToken) {}
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use leasehold_redis::{RedisBackend, RedisSettings};
+//!
+//! let client = RedisBackend::open("redis://127.0.0.1:6379", RedisSettings::default())?.into_client();
+//! let guard = client
+//!     .lock("orders/42")
+//!     .ttl(Duration::from_secs(30))
+//!     .wait(Duration::from_secs(10))
+//!     .await?;
+//! tokio::select! {
+//!     () = write_orders(guard.fence()) => {}               // every write carries the fence
+//!     reason = guard.lost() => eprintln!("stopped: {reason}"),
+//! }
+//! println!("{}", guard.release().await);                 // a typed ReleaseOutcome
+//! # Ok(()) }
+//! ```
+//!
+//! [`run`](leasehold::LeaseClient::run) (or [`LockBuilder::run`](leasehold::LockBuilder::run))
+//! runs work under a lease and cancels it if the lease is lost; a minimum hold makes a
+//! run-once job run once across hosts. [`election`](leasehold::LeaseClient::election) is a
+//! leader election on the same lease, whose term is the grant's fence:
+//!
+//! ```no_run
+//! # async fn report(_fence: leasehold_redis::leasehold::FenceToken) -> u64 { 0 }
+//! # async fn schedule(_term: leasehold_redis::leasehold::FenceToken) {}
+//! # async fn demo(client: leasehold_redis::RedisLeases) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use leasehold_redis::leasehold::HolderName;
+//!
+//! let outcome = client
+//!     .lock("nightly-report")
+//!     .ttl(Duration::from_secs(60))
+//!     .min_hold(Duration::from_secs(10 * 60))
+//!     .run(|lease| report(lease.fence()))
+//!     .await;
+//! match outcome {
+//!     Ok(rows) => println!("ran: {rows} rows"),
+//!     Err(e) if e.is_contended() => println!("another host ran it"),
+//!     Err(e) => return Err(e.into()),
+//! }
+//!
+//! let me = client
+//!     .election("scheduler")
+//!     .with_ttl(Duration::from_secs(15))
+//!     .candidate(HolderName::new("replica-2")?);
+//! let shutdown = async { let _ = tokio::signal::ctrl_c().await; };
+//! me.run_until(shutdown, |term| async move { schedule(term.fence()).await }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Examples
+//!
+//! Runnable programs in this crate's `examples/` directory, each run in CI against a real
+//! redis-server, with `cargo run -p leasehold-redis --example <name>` against
+//! `$LEASEHOLD_REDIS_URL` (default `redis://127.0.0.1:6379`):
+//!
+//! - `run_once`: a job every host fires (from cron, say) and one of them runs, with a minimum
+//!   hold;
+//! - `exclusive_worker`: three workers take turns on a queue, kept alive past their TTL, and
+//!   stop the moment their lease is lost;
+//! - `fenced_sqlite`: a stale holder's fenced write changes no row;
+//! - `election`: three candidate processes; the leader is killed, another takes over, and the
+//!   dead leader's term is refused as stale;
+//! - `metrics` (feature `metrics`): Prometheus text on `127.0.0.1:9898/metrics`.
+//!
+//! The repository's `docs/guide.md` is the library guide; `docs/operating-redis.md` says how
+//! to set Redis up for leases.
+//!
+//! # The explicit API
+//!
+//! Everything the one-call layer does is built from an attempt, a request and an acquire,
+//! for callers who need every outcome:
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -38,6 +108,27 @@
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! # What the backend does
+//!
+//! [`RedisBackend`] implements the [`leasehold::LeaseBackend`] port on one Redis deployment: a
+//! standalone server ([`RedisBackend::open`]), a master found through Sentinel
+//! ([`RedisBackend::open_sentinel`]) or a Cluster ([`RedisBackend::open_cluster`]), over TCP or
+//! TLS (feature `tls`), optionally gating grants on replication
+//! ([`RedisSettings::with_replication`]). With feature `serde`, `RedisConfig` reads the same
+//! from a configuration file.
+//! Each operation is one script run by EVALSHA (one round trip once the scripts are cached),
+//! atomic on the server. Acquire increments a per-resource fence counter on every new grant and
+//! stores the fence with the lease; renew and release act only on the exact grant.
+//!
+//! Every Redis error is mapped into the port's vocabulary: refused before running (READONLY,
+//! LOADING, BUSY, MASTERDOWN, NOPERM, OOM, …) or never sent (no connection) is `Unavailable`;
+//! anything that may have run (a response timeout, a connection dropped after sending, an
+//! error inside a script, an unreadable reply) is `Indeterminate`.
+//!
+//! This is not a quorum lock (Redlock): it runs on one Redis lineage, and a failover that loses
+//! writes can grant a lease twice and reissue a fence. The library guide (`docs/guide.md`)
+//! says what each guarantee covers.
 //!
 //! # Layout
 //!
@@ -100,3 +191,8 @@ pub use settings::{RedisSettings, ReplicationGate, Transport};
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 mod readme {}
+
+/// The library guide's examples (`docs/guide.md`) compile as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide.md")]
+mod guide {}

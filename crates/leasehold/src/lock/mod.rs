@@ -14,6 +14,51 @@
 //!   [`run`](LockBuilder::run) cancels the work then;
 //! - dropping a guard, or a `lock` or `run` future, releases in the background
 //!   ([`LeaseClient::settle`] waits for those releases before a process exits).
+//!
+//! # Example
+//!
+//! A lease on `orders/42`, waited for up to 10 s, its fence on every write, the work stopped
+//! when the loss signal fires; then a run-once job whose lease stays on the server for ten
+//! minutes after its grant (a minimum hold), so that a host whose clock is behind does not run
+//! it again:
+//!
+//! ```no_run
+//! # async fn ship(_fence: leasehold::FenceToken) {}
+//! # async fn report(_fence: leasehold::FenceToken) -> u64 { 0 }
+//! # async fn demo<B: leasehold::LeaseBackend>(client: leasehold::LeaseClient<B>) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use leasehold::{HolderName, RunError};
+//!
+//! match client.lock("orders/42").ttl(Duration::from_secs(30)).wait(Duration::from_secs(10)).await {
+//!     Ok(guard) => {
+//!         tokio::select! {
+//!             () = ship(guard.fence()) => {}
+//!             reason = guard.lost() => eprintln!("stopped before the lease could pass on: {reason}"),
+//!         }
+//!         let outcome = guard.release().await;
+//!         if outcome.ended_early() {
+//!             eprintln!("the lease had ended before the work did: {outcome}");
+//!         }
+//!     }
+//!     Err(e) if e.is_contended() => println!("another holder kept it for 10 s"),
+//!     Err(e) => return Err(e.into()), // unreachable, unknown (being cleaned up), or refused
+//! }
+//!
+//! let run = client
+//!     .lock("nightly-report")
+//!     .ttl(Duration::from_secs(60))
+//!     .min_hold(Duration::from_secs(10 * 60))
+//!     .holder_name(HolderName::new("host-3")?)
+//!     .run(|lease| report(lease.fence()))
+//!     .await;
+//! match run {
+//!     Ok(rows) => println!("ran: {rows} rows"),
+//!     Err(e) if e.is_contended() => println!("another host ran it"),
+//!     Err(RunError::Uncovered { output, .. }) => eprintln!("{output} rows, not covered to the end"),
+//!     Err(e) => return Err(e.into()),
+//! }
+//! # Ok(()) }
+//! ```
 
 mod error;
 mod guard;
