@@ -69,9 +69,10 @@ lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --all-features -- $(DENY)
 
-## docs: rustdoc for the library crates and the (unpublished) simulator, missing docs and
-## broken links denied.
+## docs: rustdoc for the library crates and the simulator, missing docs and broken links
+## denied, with default features (what a user builds) and with every feature (docs.rs).
 docs:
+	RUSTDOCFLAGS="$(DENY) -D missing_docs" $(CARGO) doc --no-deps $(LIB_CRATES) -p leasehold-sim
 	RUSTDOCFLAGS="$(DENY) -D missing_docs" $(CARGO) doc --no-deps $(LIB_CRATES) -p leasehold-sim --all-features
 
 ## features: every feature combination a user can build compiles, warnings denied (clippy's

@@ -18,7 +18,7 @@ pub enum ErrorKind {
     Indeterminate,
     /// The settings ask for something this topology cannot do.
     Unsupported,
-    /// A setting in a [`crate::RedisConfig`] is out of its range.
+    /// A setting in a `RedisConfig` (feature `serde`) is out of its range.
     InvalidSetting,
 }
 
@@ -39,7 +39,7 @@ pub enum Error {
     /// The settings ask for something this topology cannot do.
     #[error("unsupported: {0}")]
     Unsupported(String),
-    /// A setting in a [`crate::RedisConfig`] is out of its range (what the
+    /// A setting in a `RedisConfig` (feature `serde`) is out of its range (what the
     /// [`crate::RedisSettings`] setter refused).
     #[error("invalid setting: {0}")]
     InvalidSetting(String),

@@ -140,7 +140,7 @@ impl RedisBackend {
     /// settings when they differ from none; the Sentinels' own go in their URLs.
     ///
     /// A failover can lose the writes the old master had not yet replicated: a lease may then
-    /// be granted twice and a fence issued twice. See the README.
+    /// be granted twice and a fence issued twice. See docs/operating-redis.md.
     ///
     /// # Errors
     ///

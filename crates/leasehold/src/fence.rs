@@ -4,7 +4,7 @@
 //! SIGSTOP, a VM migration) can wake and write after a new holder was granted the lease. A
 //! fencing token closes that gap if, and only if, the place the work writes to checks it:
 //! every new grant on a resource carries a larger token, and the target refuses a write whose
-//! token is below the largest it has seen. [`FenceGate`] is that rule in code; the README shows
+//! token is below the largest it has seen. [`FenceGate`] is that rule in code; docs/guide.md shows
 //! it as SQL (`UPDATE … WHERE fence <= $f`).
 
 use std::fmt;
