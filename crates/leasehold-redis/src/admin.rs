@@ -9,7 +9,7 @@ use leasehold::{
     ResourceDigest, Unavailable, UnavailableCause, UnusableKey,
 };
 
-use crate::backend::unreadable;
+use crate::decode::unreadable;
 use crate::scripts::BreakCall;
 use crate::{Error, KeyLayout, RedisBackend};
 

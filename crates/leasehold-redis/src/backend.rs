@@ -11,19 +11,22 @@ use std::fmt;
 
 use leasehold::backend::{AcquireReply, Grant, ReleaseReply, RenewReply};
 use leasehold::{
-    Attempt, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseBackend, LeaseClient,
-    LeaseRequest, Purpose, ResourceDigest, UnavailableCause,
+    Attempt, Failure, FenceToken, InspectOutcome, LeaseBackend, LeaseClient, LeaseRequest, Purpose,
+    ResourceDigest, UnavailableCause,
 };
 
 use crate::batch::Batcher;
+use crate::decode::{self, unreadable};
+use crate::fenced::{FencedWrite, RecordName};
 use crate::link::{self, Link};
 use crate::renewals::{self, Renewals};
 use crate::scripts::{
-    self, AcquireCall, AcquireEntry, AttemptArg, GrantArg, InspectCall, ReleaseCall, ReleaseEntry,
-    RenewCall, RenewGrant, WatchCall,
+    self, AcquireCall, AcquireEntry, AttemptArg, FencedWriteCall, GrantArg, InspectCall,
+    ReleaseCall, ReleaseEntry, RenewCall, RenewGrant, WatchCall,
 };
-use crate::settings::{self, RedisSettings};
-use crate::{Error, KeyLayout, decode, notices};
+use crate::settings::RedisSettings;
+use crate::settings::{not_replicated, replicated};
+use crate::{Error, KeyLayout, notices};
 
 /// A lease client over Redis.
 pub type RedisLeases = LeaseClient<RedisBackend>;
@@ -139,29 +142,6 @@ impl RedisBackend {
 /// trying the mark on every read would cost a reconnect per read.
 const WATCH_REFUSED_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Returns true if and only if no gate is set, or enough replicas confirmed.
-pub(crate) fn replicated(gate: Option<settings::ReplicationGate>, confirmed: Option<u32>) -> bool {
-    gate.is_none_or(|g| confirmed.unwrap_or(0) >= g.replicas())
-}
-
-/// A grant or renewal the primary applied that too few replicas confirmed: unknown, since a
-/// failover could still undo it.
-pub(crate) fn not_replicated(
-    gate: Option<settings::ReplicationGate>,
-    confirmed: Option<u32>,
-) -> Failure {
-    let (wanted, within) = gate.map_or((0, std::time::Duration::ZERO), |g| {
-        (g.replicas(), g.timeout())
-    });
-    Failure::Indeterminate(Indeterminate::new(
-        IndeterminateCause::NotReplicated,
-        format!(
-            "{} of {wanted} replicas confirmed within {within:?}",
-            confirmed.unwrap_or(0)
-        ),
-    ))
-}
-
 /// `<owner token>:<operation id>`, as the scripts take an attempt. Holds the owner token.
 fn attempt_string(attempt: &Attempt) -> String {
     let (token, operation) = (
@@ -173,14 +153,6 @@ fn attempt_string(attempt: &Attempt) -> String {
     joined.push(':');
     joined.push_str(operation);
     joined
-}
-
-/// Turns an undecodable reply into `Indeterminate`: the script may have run.
-pub(crate) fn unreadable(err: decode::UnexpectedReply) -> Failure {
-    Failure::Indeterminate(Indeterminate::new(
-        IndeterminateCause::UnexpectedReply,
-        err.to_string(),
-    ))
 }
 
 /// Decodes what `inspect.lua` (in either form) answered.
@@ -438,6 +410,40 @@ impl LeaseBackend for RedisBackend {
                 self.inspect(purpose, resource, None).await
             }
             replied => inspected(replied),
+        }
+    }
+}
+
+impl RedisBackend {
+    /// Stores `value` in the record `name` of `resource` if no write with a fence above
+    /// `fence` was accepted before (equal fences are accepted: one grant writing again).
+    ///
+    /// Pass the fence of the grant the work runs under (`lease.fence()`). The record lives
+    /// next to the lease, in the same Cluster slot, as a hash with fields `fence` and `value`
+    /// under [`KeyLayout::record_key`](crate::KeyLayout::record_key); read it with `HGET`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future after the command was sent leaves its outcome unknown, like an
+    /// `Indeterminate` result; writing the same value with the same fence again is harmless.
+    pub async fn fenced_write(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        name: &RecordName,
+        fence: FenceToken,
+        value: &[u8],
+    ) -> FencedWrite {
+        let call = FencedWriteCall {
+            record_key: self.keys().record_key(purpose, resource, name),
+            fence,
+            value,
+        };
+        let reply = self.link().eval(&call, None).await;
+        match reply {
+            Ok((value, _)) => FencedWriteCall::decode(&value)
+                .unwrap_or_else(|e| FencedWrite::Failed(unreadable(e))),
+            Err(failure) => FencedWrite::Failed(failure),
         }
     }
 }

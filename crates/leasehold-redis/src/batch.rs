@@ -37,8 +37,7 @@ use redis::Value;
 use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use crate::backend::unreadable;
-use crate::decode;
+use crate::decode::{self, unreadable};
 use crate::link::Link;
 use crate::scripts::{AcquireEntry, BatchCall, BatchEntry, ScriptCall};
 use crate::settings::ReplicationGate;

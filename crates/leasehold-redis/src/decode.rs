@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use leasehold::backend::{AcquireReply, GrantReply, ReleaseReply, RenewReply};
 use leasehold::{
-    Contention, Failure, FenceToken, HolderFingerprint, HolderName, InspectOutcome, LeaseView,
-    LossCause, Unavailable, UnavailableCause, UnusableKey,
+    Contention, Failure, FenceToken, HolderFingerprint, HolderName, Indeterminate,
+    IndeterminateCause, InspectOutcome, LeaseView, LossCause, Unavailable, UnavailableCause,
+    UnusableKey,
 };
 use redis::Value;
 
@@ -233,6 +234,14 @@ pub(crate) fn fenced_write(value: &Value) -> Result<FencedWrite, UnexpectedReply
         -2 => unusable(items).map(FencedWrite::Failed).ok_or_else(bad),
         _ => Err(bad()),
     }
+}
+
+/// Turns an undecodable reply into `Indeterminate`: the script may have run.
+pub(crate) fn unreadable(err: UnexpectedReply) -> Failure {
+    Failure::Indeterminate(Indeterminate::new(
+        IndeterminateCause::UnexpectedReply,
+        err.to_string(),
+    ))
 }
 
 #[cfg(test)]

@@ -1,18 +1,14 @@
 //! Fenced writes for data kept in Redis: the effect point that rejects a stale holder.
 //!
 //! A lease alone cannot stop a holder that was paused past its TTL from writing after a new
-//! holder was granted. A fenced write can: [`RedisBackend::fenced_write`] stores a value in a
+//! holder was granted. A fenced write can: [`RedisBackend::fenced_write`](crate::RedisBackend::fenced_write) stores a value in a
 //! record next to the lease (same hash slot) only if no write with a higher fence was accepted
 //! before, atomically in one script. The new holder's first write raises the record's fence,
 //! and from then on the old holder's writes are refused as [`FencedWrite::Stale`].
 
 use std::fmt;
 
-use leasehold::{Error, ErrorKind, Failure, FenceToken, Purpose, ResourceDigest};
-
-use crate::RedisBackend;
-use crate::backend::unreadable;
-use crate::scripts::FencedWriteCall;
+use leasehold::{Error, ErrorKind, Failure, FenceToken};
 
 /// The longest record name, in bytes.
 pub const MAX_RECORD_NAME_LEN: usize = 64;
@@ -75,40 +71,6 @@ pub enum FencedWrite {
     },
     /// Not written, or sent with an unknown outcome, or refused locally.
     Failed(Failure),
-}
-
-impl RedisBackend {
-    /// Stores `value` in the record `name` of `resource` if no write with a fence above
-    /// `fence` was accepted before (equal fences are accepted: one grant writing again).
-    ///
-    /// Pass the fence of the grant the work runs under (`lease.fence()`). The record lives
-    /// next to the lease, in the same Cluster slot, as a hash with fields `fence` and `value`
-    /// under [`KeyLayout::record_key`](crate::KeyLayout::record_key); read it with `HGET`.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future after the command was sent leaves its outcome unknown, like an
-    /// `Indeterminate` result; writing the same value with the same fence again is harmless.
-    pub async fn fenced_write(
-        &self,
-        purpose: &Purpose,
-        resource: &ResourceDigest,
-        name: &RecordName,
-        fence: FenceToken,
-        value: &[u8],
-    ) -> FencedWrite {
-        let call = FencedWriteCall {
-            record_key: self.keys().record_key(purpose, resource, name),
-            fence,
-            value,
-        };
-        let reply = self.link().eval(&call, None).await;
-        match reply {
-            Ok((value, _)) => FencedWriteCall::decode(&value)
-                .unwrap_or_else(|e| FencedWrite::Failed(unreadable(e))),
-            Err(failure) => FencedWrite::Failed(failure),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -158,6 +158,7 @@ mod admin;
 mod backend;
 mod batch;
 mod classify;
+mod clients;
 #[cfg(feature = "serde")]
 mod config;
 mod decode;

@@ -209,7 +209,7 @@ async fn connect(
         }
         Source::Cluster { seeds, roots } => {
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let client = crate::topology::cluster_builder(seeds.clone(), roots.as_deref())
+            let client = crate::clients::cluster_builder(seeds.clone(), roots.as_deref())
                 .connection_timeout(connect_timeout)
                 .response_timeout(connect_timeout)
                 .use_protocol(redis::ProtocolVersion::RESP3)

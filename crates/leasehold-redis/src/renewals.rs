@@ -18,10 +18,11 @@ use leasehold::backend::{Grant, RenewReply};
 use leasehold::{Failure, FenceToken, Indeterminate, IndeterminateCause, LossCause};
 use tokio::sync::oneshot;
 
-use crate::backend::{not_replicated, replicated, unreadable};
+use crate::decode::unreadable;
 use crate::link::Link;
 use crate::scripts::{AttemptArg, GrantArg, RenewCall, RenewGrant};
 use crate::settings::ReplicationGate;
+use crate::settings::{not_replicated, replicated};
 
 /// The most grants one call renews (Redisson renews up to 100 locks in one command).
 pub(crate) const MAX_BATCH: usize = 100;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use leasehold::{Error, ErrorKind};
+use leasehold::{Error, ErrorKind, Failure, Indeterminate, IndeterminateCause};
 
 /// Settings of a [`crate::RedisBackend`].
 ///
@@ -336,6 +336,24 @@ impl RedisSettings {
     pub fn max_in_flight(&self) -> usize {
         self.max_in_flight
     }
+}
+
+/// Returns true if and only if no gate is set, or enough replicas confirmed.
+pub(crate) fn replicated(gate: Option<ReplicationGate>, confirmed: Option<u32>) -> bool {
+    gate.is_none_or(|g| confirmed.unwrap_or(0) >= g.replicas())
+}
+
+/// A grant or renewal the primary applied that too few replicas confirmed: unknown, since a
+/// failover could still undo it.
+pub(crate) fn not_replicated(gate: Option<ReplicationGate>, confirmed: Option<u32>) -> Failure {
+    let (wanted, within) = gate.map_or((0, Duration::ZERO), |g| (g.replicas(), g.timeout()));
+    Failure::Indeterminate(Indeterminate::new(
+        IndeterminateCause::NotReplicated,
+        format!(
+            "{} of {wanted} replicas confirmed within {within:?}",
+            confirmed.unwrap_or(0)
+        ),
+    ))
 }
 
 #[cfg(test)]

@@ -6,9 +6,9 @@
 //! the first connection to the first command (or to [`RedisBackend::warm_up`]). A URL is never
 //! repeated in an error, since it may hold a password.
 
-use crate::link;
 use crate::notices;
 use crate::{Error, RedisBackend, RedisSettings};
+use crate::{clients, link};
 
 impl RedisBackend {
     /// Makes a backend for the deployment `url` names, whichever its topology. No I/O: the
@@ -111,7 +111,7 @@ impl RedisBackend {
             .collect::<Vec<_>>()
             .join(",");
         let roots = settings.tls_root_certificates().map(<[u8]>::to_vec);
-        let client = cluster_builder(seeds.clone(), roots.as_deref())
+        let client = clients::cluster_builder(seeds.clone(), roots.as_deref())
             .retries(0)
             .response_timeout(settings.command_timeout())
             .connection_timeout(settings.connect_timeout())
@@ -194,55 +194,6 @@ impl RedisBackend {
     }
 }
 
-/// A cluster client builder for `seeds`, trusting `roots` (PEM) in place of the system's
-/// store when the seeds are `rediss://`; the roots are ignored for plain seeds, which
-/// redis-rs would otherwise switch to TLS.
-pub(crate) fn cluster_builder(
-    seeds: Vec<redis::ConnectionInfo>,
-    roots: Option<&[u8]>,
-) -> redis::cluster::ClusterClientBuilder {
-    let tls = seeds
-        .iter()
-        .any(|seed| matches!(seed.addr(), redis::ConnectionAddr::TcpTls { .. }));
-    let builder = redis::cluster::ClusterClientBuilder::new(seeds);
-    if tls {
-        tls_cluster_builder(builder, roots)
-    } else {
-        builder
-    }
-}
-
-#[cfg(feature = "tls")]
-fn tls_cluster_builder(
-    builder: redis::cluster::ClusterClientBuilder,
-    roots: Option<&[u8]>,
-) -> redis::cluster::ClusterClientBuilder {
-    install_crypto_provider();
-    match roots {
-        None => builder,
-        Some(pem) => builder.certs(redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(pem.to_vec()),
-        }),
-    }
-}
-
-/// Without the `tls` feature, TLS seeds are refused before a builder is made.
-#[cfg(not(feature = "tls"))]
-fn tls_cluster_builder(
-    builder: redis::cluster::ClusterClientBuilder,
-    _: Option<&[u8]>,
-) -> redis::cluster::ClusterClientBuilder {
-    builder
-}
-
-/// rustls needs a process-wide crypto provider; ring is the one compiled in. An error only
-/// means one was installed already, which serves as well.
-#[cfg(feature = "tls")]
-fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 /// Makes the redis-rs client for `url`, with the settings' TLS roots when it is `rediss://`.
 fn standalone_client(url: &str, settings: &RedisSettings) -> Result<redis::Client, Error> {
     let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| invalid_url(&e))?;
@@ -258,7 +209,7 @@ fn tls_client(
     info: redis::ConnectionInfo,
     settings: &RedisSettings,
 ) -> Result<redis::Client, Error> {
-    install_crypto_provider();
+    clients::install_crypto_provider();
     match settings.tls_root_certificates() {
         None => redis::Client::open(info),
         Some(pem) => redis::Client::build_with_tls(

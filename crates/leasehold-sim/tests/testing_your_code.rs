@@ -117,7 +117,10 @@ impl Kit {
 async fn the_job_posts_every_batch_once_under_one_fence() {
     let kit = Kit::new();
     let ledger = Ledger::default();
-    assert_eq!(post_invoices(&kit.client(), &ledger).await.unwrap(), BATCHES);
+    assert_eq!(
+        post_invoices(&kit.client(), &ledger).await.unwrap(),
+        BATCHES
+    );
     let rows = ledger.rows();
     assert_eq!(rows.len(), BATCHES as usize);
     assert!(rows.iter().all(|&(fence, _)| fence == rows[0].0));
@@ -157,7 +160,11 @@ async fn cut_off_while_another_takes_over(
             post_invoices(&second, &ledger).await
         };
         let (result, taken_over) = tokio::join!(run, cut_and_take_over);
-        assert_eq!(taken_over.unwrap(), BATCHES, "the second worker posts them all");
+        assert_eq!(
+            taken_over.unwrap(),
+            BATCHES,
+            "the second worker posts them all"
+        );
         result
     };
     (result, ledger)
