@@ -105,6 +105,13 @@ struct CancelGuard<'a, B: LeaseBackend> {
     armed: bool,
 }
 
+impl<B: LeaseBackend> CancelGuard<'_, B> {
+    /// The outcome reached the caller: nothing is left for the guard to release.
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
 impl<B: LeaseBackend> Drop for CancelGuard<'_, B> {
     fn drop(&mut self) {
         if !self.armed {
@@ -272,7 +279,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
         // try, so it must not be returned in its place: the caller would be told nothing is
         // held, and the grant would be nobody's until its TTL.
         let mut unknown: Option<Indeterminate> = None;
-        loop {
+        let outcome = loop {
             // Subscribe first: a release that lands while the try is in flight still wakes us.
             let released = notify.notified();
             let mut released = std::pin::pin!(released);
@@ -294,34 +301,29 @@ impl<B: LeaseBackend> LeaseClient<B> {
                         continue;
                     }
                     // Returned to the caller, who now knows to resolve it.
-                    guard.armed = false;
-                    return outcome;
+                    break outcome;
                 }
                 AcquireOutcome::Unavailable(_) | AcquireOutcome::Overloaded => {
                     let Some(cause) = unknown.take() else {
-                        guard.armed = false;
-                        return outcome;
+                        break outcome;
                     };
                     if head.is_some() && Instant::now() < deadline {
                         unknown = Some(cause);
                         pause_before_retry(deadline).await;
                         continue;
                     }
-                    guard.armed = false;
-                    return AcquireOutcome::Indeterminate {
+                    break AcquireOutcome::Indeterminate {
                         operation: request.attempt().operation().clone(),
                         cause,
                     };
                 }
-                _ => {
-                    guard.armed = false;
-                    return outcome;
-                }
+                _ => break outcome,
             };
+            // Contended: nothing of this attempt's is held while it waits for the next try.
             guard.armed = false;
             let now = Instant::now();
             if head.is_none() || now >= deadline {
-                return outcome;
+                break outcome;
             }
             waiting.start(request);
             let retry_after = contention.retry_after;
@@ -330,7 +332,10 @@ impl<B: LeaseBackend> LeaseClient<B> {
                 () = tokio::time::sleep_until(wake) => {}
                 () = released => {}
             }
-        }
+        };
+        // Whatever it is, the outcome now reaches the caller, who owns what it says.
+        guard.disarm();
+        outcome
     }
 }
 
