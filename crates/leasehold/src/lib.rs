@@ -149,6 +149,7 @@ pub mod keepalive;
 pub mod lock;
 pub mod outcome;
 pub mod request;
+mod retry;
 mod state;
 pub mod telemetry;
 

@@ -15,11 +15,8 @@ use crate::backend::LeaseBackend;
 use crate::client::{AcquireOutcome, LeaseClient};
 use crate::outcome::{Failure, Indeterminate, ReleaseOutcome};
 use crate::request::LeaseRequest;
+use crate::retry::Backoff;
 use crate::telemetry::lease_span;
-
-/// The pause after every try without a definite answer, so that a server that fails fast (a
-/// refused port, a script error) is not hammered in a tight loop until the budget is spent.
-const PAUSE: Duration = Duration::from_millis(50);
 
 /// What [`LeaseClient::abandon`] left behind.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,11 +44,6 @@ impl fmt::Display for Abandoned {
     }
 }
 
-/// Sleeps for the pause, but not past `deadline`.
-async fn pause(deadline: Instant) {
-    tokio::time::sleep_until((Instant::now() + PAUSE).min(deadline)).await;
-}
-
 impl<B: LeaseBackend> LeaseClient<B> {
     /// Replays `request`'s attempt until the outcome of an earlier try, which was `unknown`,
     /// is definite, or `within` has passed (never longer than the request's TTL).
@@ -77,6 +69,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
         async {
             let deadline = Instant::now() + within.min(request.ttl());
             let mut replays = 0u32;
+            let mut backoff = Backoff::new();
             let outcome = loop {
                 replays += 1;
                 match self.try_once(request).await {
@@ -91,7 +84,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
                         cause: unknown,
                     };
                 }
-                pause(deadline).await;
+                backoff.pause(Some(deadline)).await;
             };
             tracing::debug!(
                 outcome = outcome.kind(),
@@ -130,6 +123,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
         // The background cleanups never make a grant either, so a budget they use up costs
         // only the retries below, never safety.
         let _ = tokio::time::timeout_at(deadline, self.settle()).await;
+        let mut backoff = Backoff::new();
         loop {
             let failure = match self.release_attempt(request).await {
                 ReleaseOutcome::Released => return Abandoned::Released,
@@ -145,7 +139,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
             if Instant::now() >= deadline {
                 return Abandoned::Unknown(failure);
             }
-            pause(deadline).await;
+            backoff.pause(Some(deadline)).await;
         }
     }
 }

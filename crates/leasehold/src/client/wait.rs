@@ -19,6 +19,7 @@ use crate::backend::LeaseBackend;
 use crate::client::{AcquireOutcome, LeaseClient};
 use crate::outcome::{Contention, Indeterminate};
 use crate::request::LeaseRequest;
+use crate::retry::Backoff;
 use crate::telemetry::{self, Gauged, lease_span};
 
 /// Since when an acquire waits behind another holder, counted in the waiters gauge while it
@@ -120,16 +121,6 @@ impl<B: LeaseBackend> Drop for CancelGuard<'_, B> {
         self.client.abandon_in_background(self.request.clone());
     }
 }
-
-/// Waits a little before retrying after a try that got no definite answer, so that a server
-/// that fails fast (a refused connection) is not hammered in a tight loop until the deadline.
-async fn pause_before_retry(deadline: Instant) {
-    let pause = Instant::now() + FAILED_TRY_PAUSE;
-    tokio::time::sleep_until(pause.min(deadline)).await;
-}
-
-/// How long a waiter pauses after a try without a definite answer.
-const FAILED_TRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// A small jitter below `retry_after / 8` and 25 ms, so that waiters in different processes
 /// do not retry in lock step.
@@ -279,6 +270,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
         // try, so it must not be returned in its place: the caller would be told nothing is
         // held, and the grant would be nobody's until its TTL.
         let mut unknown: Option<Indeterminate> = None;
+        let mut backoff = Backoff::new();
         let outcome = loop {
             // Subscribe first: a release that lands while the try is in flight still wakes us.
             let released = notify.notified();
@@ -297,7 +289,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
                     unknown = Some(cause.clone());
                     if head.is_some() && Instant::now() < deadline {
                         // Same attempt: the retry is a replay and finds a grant if one was made.
-                        pause_before_retry(deadline).await;
+                        backoff.pause(Some(deadline)).await;
                         continue;
                     }
                     // Returned to the caller, who now knows to resolve it.
@@ -309,7 +301,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
                     };
                     if head.is_some() && Instant::now() < deadline {
                         unknown = Some(cause);
-                        pause_before_retry(deadline).await;
+                        backoff.pause(Some(deadline)).await;
                         continue;
                     }
                     break AcquireOutcome::Indeterminate {
@@ -321,6 +313,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
             };
             // Contended: nothing of this attempt's is held while it waits for the next try.
             guard.armed = false;
+            backoff.reset();
             let now = Instant::now();
             if head.is_none() || now >= deadline {
                 break outcome;

@@ -32,6 +32,7 @@ use crate::error::{Error, ErrorKind};
 use crate::id::{HolderName, Purpose, ResourceDigest};
 use crate::lock::{HeldLease, LockError};
 use crate::request::MAX_WAIT;
+use crate::retry::Backoff;
 
 /// The purpose under which elections take their lease unless [`Election::purpose`] says
 /// otherwise: an election named like a lock never excludes that lock.
@@ -41,10 +42,6 @@ pub const ELECTION_PURPOSE: &str = "election";
 /// leader that dies without resigning keeps the others waiting (client-go's default
 /// `LeaseDuration`). It is renewed every third of it.
 pub const DEFAULT_ELECTION_TTL: Duration = Duration::from_secs(15);
-
-/// The pause after a campaign round that ended without leadership or a wait, so that a
-/// round that fails at once (a refused connection) is not repeated in a tight loop.
-const ROUND_PAUSE: Duration = Duration::from_millis(20);
 
 /// An election for one name: candidates campaign for it, anyone can observe it.
 ///
@@ -201,11 +198,17 @@ impl<B: LeaseBackend> Candidate<B> {
     ///
     /// Dropping the future never leaves a lease nobody knows about (as [`LeaseClient::lock`]).
     pub async fn campaign(&self) -> Result<Leadership<B>, LockError> {
+        let mut backoff = Backoff::new();
         loop {
             match self.campaign_round(MAX_WAIT).await {
                 Ok(leadership) => return Ok(leadership),
                 Err(refused @ LockError::Refused(_)) => return Err(refused),
-                Err(_) => tokio::time::sleep(ROUND_PAUSE).await,
+                // Another candidate leads: the next round comes soon.
+                Err(LockError::Contended(_)) => {
+                    backoff.reset();
+                    backoff.pause(None).await;
+                }
+                Err(_) => backoff.pause(None).await,
             }
         }
     }

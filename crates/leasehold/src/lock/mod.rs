@@ -82,6 +82,7 @@ use crate::handle::LeaseHandle;
 use crate::id::{Attempt, HolderName, OperationId, Purpose, ResourceDigest};
 use crate::outcome::ReleaseOutcome;
 use crate::request::LeaseRequest;
+use crate::retry::Backoff;
 
 /// The TTL of a lease taken with [`LeaseClient::lock`] unless [`LockBuilder::ttl`] says
 /// otherwise (as Redisson's watchdog: the lease is renewed every 10 s).
@@ -90,12 +91,6 @@ pub const DEFAULT_LOCK_TTL: Duration = Duration::from_secs(30);
 /// The purpose of a lease taken with [`LeaseClient::lock`] unless
 /// [`LockBuilder::purpose`] says otherwise.
 pub const DEFAULT_PURPOSE: &str = "lock";
-
-/// The first pause after a try that did not reach the server; it doubles up to
-/// [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(20);
-/// The longest pause between tries that did not reach the server.
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// A lease to take in one call: set options, then `.await` it (or [`run`](Self::run) work
 /// under it). Made by [`LeaseClient::lock`].
@@ -268,7 +263,7 @@ async fn acquire_within_wait<B: LeaseBackend>(
     request: &LeaseRequest,
 ) -> Result<LeaseHandle<B>, LockError> {
     let deadline = Instant::now() + request.wait_timeout();
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = Backoff::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         // The same attempt every time: a try after an unknown one is a replay.
@@ -293,9 +288,7 @@ async fn acquire_within_wait<B: LeaseBackend>(
         if now >= deadline {
             return Err(failed);
         }
-        // The last try goes at the deadline: a server back just then is still reached.
-        tokio::time::sleep_until((now + backoff).min(deadline)).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        backoff.pause(Some(deadline)).await;
     }
 }
 
