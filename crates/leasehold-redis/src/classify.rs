@@ -17,7 +17,7 @@ pub(crate) enum Classified {
     /// Definitely not applied.
     NotApplied(Unavailable),
     /// May have been applied.
-    Unknown(Indeterminate),
+    Indeterminate(Indeterminate),
 }
 
 impl From<Classified> for Failure {
@@ -30,7 +30,7 @@ impl From<Classified> for Failure {
     fn from(classified: Classified) -> Self {
         match classified {
             Classified::NotApplied(u) => Failure::Unavailable(u),
-            Classified::Unknown(i) => Failure::Indeterminate(i),
+            Classified::Indeterminate(i) => Failure::Indeterminate(i),
             Classified::NoScript => Failure::Unavailable(Unavailable::new(
                 UnavailableCause::ScriptMissing,
                 "NOSCRIPT: the script is not in the server's script cache",
@@ -113,7 +113,7 @@ pub(crate) fn after_send(err: &RedisError) -> Classified {
         }
         // Any other server error (e.g. "ERR Error running script"): the script may have made
         // writes before failing, and Redis does not roll them back.
-        return Classified::Unknown(Indeterminate::new(
+        return Classified::Indeterminate(Indeterminate::new(
             IndeterminateCause::ServerError,
             describe(err),
         ));
@@ -133,7 +133,7 @@ pub(crate) fn after_send(err: &RedisError) -> Classified {
     } else {
         IndeterminateCause::UnexpectedReply
     };
-    Classified::Unknown(Indeterminate::new(cause, describe(err)))
+    Classified::Indeterminate(Indeterminate::new(cause, describe(err)))
 }
 
 /// Classifies an error from making a connection: nothing was sent, so nothing was applied.
@@ -208,7 +208,7 @@ mod tests {
     #[test]
     fn errors_inside_a_script_are_indeterminate() {
         match after_send(&server_error("ERR", "Error running script")) {
-            Classified::Unknown(i) => assert_eq!(i.cause, IndeterminateCause::ServerError),
+            Classified::Indeterminate(i) => assert_eq!(i.cause, IndeterminateCause::ServerError),
             other => panic!("{other:?}"),
         }
     }
@@ -233,7 +233,7 @@ mod tests {
         ] {
             let err = RedisError::from(io::Error::from(kind));
             match after_send(&err) {
-                Classified::Unknown(i) => assert_eq!(i.cause, cause, "{kind:?}"),
+                Classified::Indeterminate(i) => assert_eq!(i.cause, cause, "{kind:?}"),
                 other => panic!("{kind:?}: {other:?}"),
             }
         }
@@ -248,7 +248,7 @@ mod tests {
         );
         let unknown = Indeterminate::new(IndeterminateCause::ResponseTimeout, "timed out");
         assert_eq!(
-            Failure::from(Classified::Unknown(unknown.clone())),
+            Failure::from(Classified::Indeterminate(unknown.clone())),
             Failure::Indeterminate(unknown)
         );
         // NOSCRIPT proves the script did not run: never Indeterminate.

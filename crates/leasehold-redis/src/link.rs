@@ -122,7 +122,7 @@ impl Connector {
     /// to the same stalled process, and the cluster client tracks its nodes itself.
     fn drops_connection_after(&self, failure: &Classified) -> bool {
         match failure {
-            Classified::Unknown(i) => {
+            Classified::Indeterminate(i) => {
                 i.cause == IndeterminateCause::ConnectionLost
                     || (i.cause == IndeterminateCause::ResponseTimeout
                         && matches!(self, Connector::Sentinel { .. }))
@@ -584,7 +584,7 @@ impl Link {
             // the second was never sent. Whatever went wrong with the load, nothing applied.
             let detail = match failed {
                 Classified::NotApplied(u) => u.detail,
-                Classified::Unknown(i) => i.detail,
+                Classified::Indeterminate(i) => i.detail,
                 Classified::NoScript => "NOSCRIPT on SCRIPT LOAD".to_owned(),
             };
             return Err(Failure::Unavailable(Unavailable::new(

@@ -217,7 +217,7 @@ async fn a_broken_connection_fails_what_waits_and_then_refuses_to_write() {
     // Written, then lost: the server may have run it.
     let lost = waiting.await.unwrap().unwrap_err();
     assert!(
-        matches!(classify::after_query(&lost), Classified::Unknown(_)),
+        matches!(classify::after_query(&lost), Classified::Indeterminate(_)),
         "{lost:?}"
     );
     assert!(!connection.is_open());
