@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use leasehold_redis::leasehold::{HolderName, Leadership};
 use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
-use test_support::{Fault, FaultProxy, RedisServer};
+use test_support::{FaultProxy, ProxyFault, RedisServer};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -159,7 +159,7 @@ async fn crash_phase(server: &RedisServer) -> Res<(Histogram<u64>, Histogram<u64
         // Lead for a while, renewing, then die at a point of the renewal cycle that varies.
         tokio::time::sleep(Duration::from_millis(20 + (who as u64 * 37) % 150)).await;
         let term = leader.term();
-        processes[who].proxy.to_server(Fault::Hold);
+        processes[who].proxy.to_server(ProxyFault::Hold);
         let crashed = Instant::now();
         drop(leader);
         let remaining = election.leader().await?.and_then(|l| l.remaining);

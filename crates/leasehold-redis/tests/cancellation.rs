@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::request;
 use leasehold_redis::leasehold::{FenceToken, InspectOutcome, LeaseHandle};
 use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings, Transport};
-use test_support::{Fault, FaultProxy, RedisServer};
+use test_support::{FaultProxy, ProxyFault, RedisServer};
 
 /// Resources read at once; each holds a grant with a fence of its own.
 const RESOURCES: usize = 32;
@@ -146,10 +146,10 @@ async fn a_dropped_command_never_takes_another_commands_reply() {
             _ => 512,
         };
         if let RoundFault::RequestsHeld = fault {
-            proxy.to_server(Fault::Hold);
+            proxy.to_server(ProxyFault::Hold);
         }
         if let RoundFault::RepliesHeld = fault {
-            proxy.to_client(Fault::Hold);
+            proxy.to_client(ProxyFault::Hold);
         }
         let reads: Vec<_> = (0..commands)
             .map(|k| {
@@ -164,8 +164,8 @@ async fn a_dropped_command_never_takes_another_commands_reply() {
                 // Every client connection but the killer's: the reader's goes through the proxy.
                 server.cmd(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
             }
-            RoundFault::RequestsHeld => proxy.to_server(Fault::Pass),
-            RoundFault::RepliesHeld => proxy.to_client(Fault::Pass),
+            RoundFault::RequestsHeld => proxy.to_server(ProxyFault::Pass),
+            RoundFault::RepliesHeld => proxy.to_client(ProxyFault::Pass),
             RoundFault::None => {}
         }
         for (i, task) in reads {

@@ -13,7 +13,7 @@ use leasehold_redis::leasehold::{
 };
 use leasehold_redis::{RedisBackend, RedisLeases};
 use test_support::sentinel::SERVICE;
-use test_support::{Fault, FaultProxy, RedisCluster, RedisSentinel, RedisServer};
+use test_support::{FaultProxy, ProxyFault, RedisCluster, RedisSentinel, RedisServer};
 use tokio::sync::watch;
 
 /// One term as its leader lived it: from the moment `lead` started to the moment it stopped
@@ -224,7 +224,7 @@ async fn a_killed_leader_is_replaced_within_the_ttl_plus_a_bound() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     // Killed: nothing it sends reaches the server from here on, not even the release that
     // dropping its leadership starts.
-    proxy.to_server(Fault::Hold);
+    proxy.to_server(ProxyFault::Hold);
     let killed_at = Instant::now();
     drop(first);
     let (second, led_at) = waiting.await.unwrap();

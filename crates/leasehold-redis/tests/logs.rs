@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use leasehold_redis::leasehold::{AcquireOutcome, OperationId, Purpose, ResourceDigest};
 use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
-use test_support::{Fault, FaultProxy, RedisServer};
+use test_support::{FaultProxy, ProxyFault, RedisServer};
 
 const PASSWORD: &str = "pw-7f3a-never-logged";
 const RESOURCE: &str = "orders/secret-42";
@@ -105,12 +105,12 @@ async fn library_run(server: &RedisServer) -> Vec<String> {
             Duration::from_secs(5),
         )
         .unwrap();
-    proxy.to_client(Fault::Hold);
+    proxy.to_client(ProxyFault::Hold);
     let outcome = through.try_acquire(&request).await;
     let AcquireOutcome::Indeterminate { cause, .. } = outcome else {
         panic!("expected an unknown outcome, got {outcome:?}");
     };
-    proxy.to_client(Fault::Pass);
+    proxy.to_client(ProxyFault::Pass);
     let _ = through
         .resolve(&request, cause, Duration::from_secs(2))
         .await;

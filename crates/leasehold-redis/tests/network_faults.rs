@@ -11,7 +11,7 @@ use leasehold_redis::leasehold::{
     Abandoned, AcquireOutcome, Failure, IndeterminateCause, LeaseState, RenewOutcome,
 };
 use leasehold_redis::{RedisBackend, RedisLeases};
-use test_support::{Fault, FaultProxy, RedisServer};
+use test_support::{FaultProxy, ProxyFault, RedisServer};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -29,7 +29,7 @@ async fn a_reply_lost_after_the_grant_is_indeterminate_and_a_replay_finds_it() {
     client.backend().warm_up().await.expect("warm-up");
     let req = request(&client, "f1", "op-a", TTL);
     let key = common::lease_key(&client, &req);
-    proxy.to_client(Fault::Reset);
+    proxy.to_client(ProxyFault::Reset);
     match client.try_acquire(&req).await {
         AcquireOutcome::Indeterminate { cause, .. } => {
             assert_eq!(cause.cause, IndeterminateCause::ConnectionLost, "{cause}");
@@ -38,7 +38,7 @@ async fn a_reply_lost_after_the_grant_is_indeterminate_and_a_replay_finds_it() {
     }
     // It was applied: only the reply was lost.
     assert!(server.keys().contains(&key));
-    proxy.to_client(Fault::Pass);
+    proxy.to_client(ProxyFault::Pass);
     let lease = match client.try_acquire(&req).await {
         AcquireOutcome::Replayed(lease) => lease,
         other => panic!("expected Replayed, got {other:?}"),
@@ -61,14 +61,14 @@ async fn a_request_lost_on_the_way_is_indeterminate_and_a_replay_grants_it_once(
     client.backend().warm_up().await.expect("warm-up");
     let req = request(&client, "f2", "op-a", TTL);
     let key = common::lease_key(&client, &req);
-    proxy.to_server(Fault::Reset);
+    proxy.to_server(ProxyFault::Reset);
     // The client cannot tell a lost request from a lost reply: both are unknown.
     assert!(matches!(
         client.try_acquire(&req).await,
         AcquireOutcome::Indeterminate { .. }
     ));
     assert!(server.keys().is_empty(), "{:?}", server.keys());
-    proxy.to_server(Fault::Pass);
+    proxy.to_server(ProxyFault::Pass);
     let lease = match client.try_acquire(&req).await {
         AcquireOutcome::Acquired(lease) => lease,
         other => panic!("expected Acquired, got {other:?}"),
@@ -87,7 +87,7 @@ async fn a_reply_held_past_the_timeout_is_indeterminate_and_not_misread_later() 
     let client = through(&proxy);
     client.backend().warm_up().await.expect("warm-up");
     let req = request(&client, "f3", "op-a", TTL);
-    proxy.to_client(Fault::Hold);
+    proxy.to_client(ProxyFault::Hold);
     match client.try_acquire(&req).await {
         AcquireOutcome::Indeterminate { cause, .. } => {
             assert_eq!(cause.cause, IndeterminateCause::ResponseTimeout, "{cause}");
@@ -96,7 +96,7 @@ async fn a_reply_held_past_the_timeout_is_indeterminate_and_not_misread_later() 
     }
     // The late reply arrives on the same connection now; it must not be taken as the answer
     // to the next command.
-    proxy.to_client(Fault::Pass);
+    proxy.to_client(ProxyFault::Pass);
     let other = request(&client, "f3", "op-b", TTL);
     let held = match client.try_acquire(&other).await {
         AcquireOutcome::Contended(c) => c.fence.expect("the holder's fence"),
@@ -120,14 +120,14 @@ async fn a_renewal_whose_reply_is_lost_leaves_the_handle_unknown_until_confirmed
     let client = through(&proxy);
     let req = request(&client, "f4", "op-a", TTL);
     let lease = client.try_acquire(&req).await.into_handle().expect("free");
-    proxy.to_client(Fault::Reset);
+    proxy.to_client(ProxyFault::Reset);
     assert!(matches!(
         lease.renew().await,
         RenewOutcome::Indeterminate(_)
     ));
     assert_eq!(lease.state(), LeaseState::Unknown);
     assert!(!lease.is_valid());
-    proxy.to_client(Fault::Pass);
+    proxy.to_client(ProxyFault::Pass);
     assert!(lease.renew().await.is_renewed());
     assert_eq!(lease.state(), LeaseState::Active);
     assert!(lease.is_valid());
@@ -143,14 +143,14 @@ async fn a_replay_confirms_the_handle_the_client_already_holds() {
     let client = through(&proxy);
     let req = request(&client, "f7", "op-a", TTL);
     let lease = client.try_acquire(&req).await.into_handle().expect("free");
-    proxy.to_client(Fault::Reset);
+    proxy.to_client(ProxyFault::Reset);
     assert!(matches!(
         lease.renew().await,
         RenewOutcome::Indeterminate(_)
     ));
     assert_eq!(lease.state(), LeaseState::Unknown);
     assert!(!lease.is_valid());
-    proxy.to_client(Fault::Pass);
+    proxy.to_client(ProxyFault::Pass);
     let replayed = match client.try_acquire(&req).await {
         AcquireOutcome::Replayed(handle) => handle,
         other => panic!("expected Replayed, got {other:?}"),
@@ -177,7 +177,7 @@ async fn unknown_acquire(
     client: &RedisLeases,
     proxy: &FaultProxy,
     req: &leasehold_redis::leasehold::LeaseRequest,
-    fault: Fault,
+    fault: ProxyFault,
 ) -> leasehold_redis::leasehold::Indeterminate {
     proxy.to_client(fault);
     match client.try_acquire(req).await {
@@ -193,9 +193,9 @@ async fn resolve_finds_the_grant_a_lost_reply_made_or_stays_unknown() {
     let client = through(&proxy);
     client.backend().warm_up().await.expect("warm-up");
     let req = request(&client, "f5", "op-a", TTL);
-    let cause = unknown_acquire(&client, &proxy, &req, Fault::Reset).await;
+    let cause = unknown_acquire(&client, &proxy, &req, ProxyFault::Reset).await;
     // Still no reply: the budget runs out and the outcome stays unknown, never "not applied".
-    proxy.to_client(Fault::Reset);
+    proxy.to_client(ProxyFault::Reset);
     match client
         .resolve(&req, cause.clone(), Duration::from_millis(300))
         .await
@@ -203,7 +203,7 @@ async fn resolve_finds_the_grant_a_lost_reply_made_or_stays_unknown() {
         AcquireOutcome::Indeterminate { .. } => {}
         other => panic!("expected Indeterminate, got {other:?}"),
     }
-    proxy.to_client(Fault::Pass);
+    proxy.to_client(ProxyFault::Pass);
     let lease = match client.resolve(&req, cause, Duration::from_secs(5)).await {
         AcquireOutcome::Replayed(lease) => lease,
         other => panic!("expected Replayed, got {other:?}"),
@@ -228,9 +228,9 @@ async fn abandon_releases_the_grant_a_lost_reply_made_without_making_one() {
     let req = request(&client, "f6", "op-a", TTL);
     let key = common::lease_key(&client, &req);
     // The acquire was applied, its reply lost: the grant is nobody's.
-    unknown_acquire(&client, &proxy, &req, Fault::Reset).await;
+    unknown_acquire(&client, &proxy, &req, ProxyFault::Reset).await;
     assert!(server.keys().contains(&key));
-    proxy.to_client(Fault::Pass);
+    proxy.to_client(ProxyFault::Pass);
     assert_eq!(client.abandon(&req, TTL).await, Abandoned::Released);
     assert!(!server.keys().contains(&key));
     // Nothing held now, and abandoning again makes no grant to drop.
@@ -239,11 +239,11 @@ async fn abandon_releases_the_grant_a_lost_reply_made_without_making_one() {
     assert_eq!(common::fence_counter(&server, &client, &req), counter);
     // Replies held: no answer within the budget, but the release went behind the acquire on
     // the same connection and removed the grant all the same.
-    unknown_acquire(&client, &proxy, &req, Fault::Hold).await;
+    unknown_acquire(&client, &proxy, &req, ProxyFault::Hold).await;
     match client.abandon(&req, Duration::from_millis(300)).await {
         Abandoned::Unknown(Failure::Indeterminate(_)) => {}
         other => panic!("expected Unknown, got {other:?}"),
     }
     assert!(!server.keys().contains(&key), "{:?}", server.keys());
-    proxy.to_client(Fault::Pass);
+    proxy.to_client(ProxyFault::Pass);
 }

@@ -13,7 +13,7 @@ use leasehold_redis::leasehold::{
     RunError,
 };
 use leasehold_redis::{RedisBackend, RedisLeases};
-use test_support::{Fault, FaultProxy, RedisServer};
+use test_support::{FaultProxy, ProxyFault, RedisServer};
 
 /// The key a `lock(name)` with the default purpose lands on.
 fn lock_key(client: &RedisLeases, name: &str) -> String {
@@ -162,7 +162,7 @@ async fn an_unknown_acquire_inside_the_wait_is_resolved_by_a_replay_with_one_gra
     client.backend().warm_up().await.expect("warm-up");
     let key = lock_key(&client, "lost-reply");
     // Every reply is lost until the grant is on the server; then replies pass again.
-    proxy.to_client(Fault::Reset);
+    proxy.to_client(ProxyFault::Reset);
     let lock = {
         let client = client.clone();
         tokio::spawn(async move {
@@ -181,7 +181,7 @@ async fn an_unknown_acquire_inside_the_wait_is_resolved_by_a_replay_with_one_gra
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    proxy.to_client(Fault::Pass);
+    proxy.to_client(ProxyFault::Pass);
     let guard = lock.await.unwrap().expect("resolved by a replay");
     // One grant: the counter stands at the guard's fence, and the key holds it.
     assert_eq!(

@@ -11,7 +11,7 @@ use leasehold_redis::leasehold::{
     InspectOutcome, LeaseRequest, LeaseState, LossCause, OperationId, Purpose, ReleaseOutcome,
     RenewOutcome, ResourceDigest, UnavailableCause, UnusableKey,
 };
-use test_support::{Fault, FaultProxy, RedisServer, Reply};
+use test_support::{FaultProxy, ProxyFault, RedisServer, Reply};
 
 /// Defect 3: a replay used to be granted the full TTL again.
 #[tokio::test]
@@ -149,7 +149,7 @@ async fn a_dropped_acquire_resent_after_noscript_leaves_no_grant() {
         .into_client();
     client.backend().warm_up().await.expect("warm up");
     server.cmd(&["SCRIPT", "FLUSH"]);
-    proxy.to_client(Fault::Hold);
+    proxy.to_client(ProxyFault::Hold);
     let before = server.commandstats();
     let ttl = Duration::from_secs(60);
     // One acquire alone keeps a command in flight, so that the next ones are sent together.
@@ -206,7 +206,7 @@ async fn a_dropped_acquire_resent_after_noscript_leaves_no_grant() {
     while cleanups(&server) < 8 && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    proxy.to_client(Fault::Pass);
+    proxy.to_client(ProxyFault::Pass);
     assert!(matches!(alone.await.unwrap(), AcquireOutcome::Acquired(_)));
     for (i, task) in tasks.drain(..).enumerate() {
         let outcome = task.await;

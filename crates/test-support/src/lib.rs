@@ -14,7 +14,7 @@ pub mod sentinel;
 pub mod tls;
 
 pub use cluster::RedisCluster;
-pub use proxy::{Fault, FaultProxy};
+pub use proxy::{FaultProxy, ProxyFault};
 pub use sentinel::RedisSentinel;
 pub use tls::TlsRedisServer;
 

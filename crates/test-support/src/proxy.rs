@@ -15,7 +15,7 @@ use std::time::Duration;
 
 /// What the proxy does with bytes travelling in one direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
+pub enum ProxyFault {
     /// Forward them.
     Pass,
     /// Keep them (unread, unforwarded) until the direction passes again: the peer waits.
@@ -26,13 +26,13 @@ pub enum Fault {
 
 #[derive(Debug)]
 struct Faults {
-    to_server: Mutex<Fault>,
-    to_client: Mutex<Fault>,
+    to_server: Mutex<ProxyFault>,
+    to_client: Mutex<ProxyFault>,
     stopped: AtomicBool,
 }
 
 impl Faults {
-    fn get(&self, to_server: bool) -> Fault {
+    fn get(&self, to_server: bool) -> ProxyFault {
         let cell = if to_server {
             &self.to_server
         } else {
@@ -60,8 +60,8 @@ impl FaultProxy {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a loopback port");
         let addr = listener.local_addr().expect("a bound address");
         let faults = Arc::new(Faults {
-            to_server: Mutex::new(Fault::Pass),
-            to_client: Mutex::new(Fault::Pass),
+            to_server: Mutex::new(ProxyFault::Pass),
+            to_client: Mutex::new(ProxyFault::Pass),
             stopped: AtomicBool::new(false),
         });
         let shared = Arc::clone(&faults);
@@ -80,7 +80,7 @@ impl FaultProxy {
     }
 
     /// Sets what happens to bytes from the client to the server.
-    pub fn to_server(&self, fault: Fault) {
+    pub fn to_server(&self, fault: ProxyFault) {
         *self
             .faults
             .to_server
@@ -89,7 +89,7 @@ impl FaultProxy {
     }
 
     /// Sets what happens to bytes from the server to the client.
-    pub fn to_client(&self, fault: Fault) {
+    pub fn to_client(&self, fault: ProxyFault) {
         *self
             .faults
             .to_client
@@ -139,7 +139,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, to_server: bool, faults: &Faults
         if faults.stopped.load(Ordering::SeqCst) {
             break;
         }
-        if faults.get(to_server) == Fault::Hold {
+        if faults.get(to_server) == ProxyFault::Hold {
             thread::sleep(Duration::from_millis(5));
             continue;
         }
@@ -151,19 +151,20 @@ fn pump(mut from: TcpStream, mut to: TcpStream, to_server: bool, faults: &Faults
         };
         // The fault in force when the bytes arrived decides their fate.
         match faults.get(to_server) {
-            Fault::Pass => {
+            ProxyFault::Pass => {
                 if to.write_all(&buf[..n]).is_err() {
                     break;
                 }
             }
-            Fault::Reset => break,
-            Fault::Hold => {
+            ProxyFault::Reset => break,
+            ProxyFault::Hold => {
                 // Held from here on: keep these bytes and deliver them when released.
-                while faults.get(to_server) == Fault::Hold && !faults.stopped.load(Ordering::SeqCst)
+                while faults.get(to_server) == ProxyFault::Hold
+                    && !faults.stopped.load(Ordering::SeqCst)
                 {
                     thread::sleep(Duration::from_millis(5));
                 }
-                if faults.get(to_server) == Fault::Reset || to.write_all(&buf[..n]).is_err() {
+                if faults.get(to_server) == ProxyFault::Reset || to.write_all(&buf[..n]).is_err() {
                     break;
                 }
             }

@@ -202,7 +202,7 @@ fn a_sentinel_deployment_fails_over_to_its_replica() {
 
 #[test]
 fn the_proxy_passes_holds_and_resets_per_direction() {
-    use test_support::{Fault, FaultProxy};
+    use test_support::{FaultProxy, ProxyFault};
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr());
     let ping = |timeout: Duration| -> std::io::Result<Vec<u8>> {
@@ -216,19 +216,19 @@ fn the_proxy_passes_holds_and_resets_per_direction() {
     assert_eq!(ping(Duration::from_secs(2)).unwrap(), b"+PONG\r\n");
     // A request lost on the way: the server never sees it.
     let before = server.commandstats().get("ping").copied().unwrap_or(0);
-    proxy.to_server(Fault::Reset);
+    proxy.to_server(ProxyFault::Reset);
     assert!(ping(Duration::from_secs(2)).is_err());
     assert_eq!(
         server.commandstats().get("ping").copied().unwrap_or(0),
         before
     );
-    proxy.to_server(Fault::Pass);
+    proxy.to_server(ProxyFault::Pass);
     // A reply lost on the way back: the server ran the command, the client got a reset.
-    proxy.to_client(Fault::Reset);
+    proxy.to_client(ProxyFault::Reset);
     assert!(ping(Duration::from_secs(2)).is_err());
     assert_eq!(server.commandstats().get("ping").copied(), Some(before + 1));
     // A held reply arrives once released.
-    proxy.to_client(Fault::Hold);
+    proxy.to_client(ProxyFault::Hold);
     let mut stream = TcpStream::connect(proxy.addr()).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_millis(300)))
@@ -236,7 +236,7 @@ fn the_proxy_passes_holds_and_resets_per_direction() {
     stream.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
     let mut buf = [0u8; 7];
     assert!(stream.read_exact(&mut buf).is_err(), "a held reply arrived");
-    proxy.to_client(Fault::Pass);
+    proxy.to_client(ProxyFault::Pass);
     stream
         .set_read_timeout(Some(Duration::from_secs(2)))
         .unwrap();

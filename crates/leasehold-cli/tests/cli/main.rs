@@ -20,7 +20,7 @@ use leasehold_redis::leasehold::{
     DriftBudget, LeaseHandle, OperationId, Purpose, ReleaseOutcome, ResourceDigest,
 };
 use leasehold_redis::{RedisBackend, RedisSettings};
-use test_support::{Fault, FaultProxy, RedisServer, Reply};
+use test_support::{FaultProxy, ProxyFault, RedisServer, Reply};
 
 const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
 const TIMEOUT: Duration = Duration::from_secs(30);

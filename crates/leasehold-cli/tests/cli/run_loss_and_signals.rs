@@ -350,7 +350,7 @@ fn interrupt_while_a_grant_is_unknown(
     let mut running = Running::start(command);
     // Connected, and its try waits at the server; from now on no reply gets through.
     paused.wait_for_a_parked_command();
-    proxy.to_client(Fault::Hold);
+    proxy.to_client(ProxyFault::Hold);
     paused.resume();
     wait_until("the grant leasehold does not know of", || {
         (server.cmd(&["EXISTS", &lease_key("r")]) == Reply::Int(1)).then_some(())
@@ -369,7 +369,7 @@ fn interrupted_while_the_outcome_is_unknown_releases_the_grant() {
     // Replies come back after longer than two command timeouts (200 ms each at this TTL),
     // well inside the cleanup budget.
     std::thread::sleep(Duration::from_millis(600));
-    proxy.to_client(Fault::Pass);
+    proxy.to_client(ProxyFault::Pass);
     let done = running.finish();
     done.assert_code(130);
     assert!(!scratch.path("ran").exists(), "the command ran");
