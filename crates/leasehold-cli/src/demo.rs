@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use leasehold_redis::leasehold::{
     AcquireOutcome, FenceToken, InspectOutcome, LeaseRequest, OperationId, Purpose, ResourceDigest,
-    Watchdog,
+    Unavailable, Watchdog,
 };
 use leasehold_redis::{RedisBackend, RedisLeases};
 use rusqlite::{Connection, named_params};
@@ -21,6 +21,7 @@ use crate::config::DemoConfig;
 use crate::duration::format_duration;
 use crate::exit;
 use crate::local_redis::{LocalRedis, StartError};
+use crate::remedy;
 
 /// Prints a line to stdout, returning early with the error if stdout is gone.
 macro_rules! say {
@@ -107,6 +108,9 @@ async fn start_and_tell(config: DemoConfig) -> u8 {
             match e.downcast_ref::<Unreachable>() {
                 Some(unreachable) => {
                     eprintln!("leasehold: Redis at {shown} {unreachable}");
+                    if let Some(refused) = &unreachable.1 {
+                        remedy::tell_for(refused, &shown);
+                    }
                     exit::UNAVAILABLE
                 }
                 None => {
@@ -120,8 +124,9 @@ async fn start_and_tell(config: DemoConfig) -> u8 {
 
 /// The server gave no definite answer to the demo's first request: it cannot be reached (exit
 /// 69, as the help promises), which is not the story breaking (exit 1).
+/// With the refusal, when there was one, for the tip that follows the error.
 #[derive(Debug)]
-struct Unreachable(String);
+struct Unreachable(String, Option<Unavailable>);
 
 impl std::fmt::Display for Unreachable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -218,13 +223,16 @@ async fn tell(backend: RedisBackend, origin: &str, shown: &str) -> anyhow::Resul
             if let Some(code) = exit::lasting_refusal(&u, shown) {
                 return Err(Refused(code).into());
             }
-            return Err(Unreachable(format!("is unavailable: {u}")).into());
+            return Err(Unreachable(format!("is unavailable: {u}"), Some(u)).into());
         }
         AcquireOutcome::Indeterminate { cause, .. } => {
-            return Err(Unreachable(format!(
-                "did not answer ({cause}); a grant to worker A may live for {}",
-                format_duration(A_TTL)
-            ))
+            return Err(Unreachable(
+                format!(
+                    "did not answer ({cause}); a grant to worker A may live for {}",
+                    format_duration(A_TTL)
+                ),
+                None,
+            )
             .into());
         }
         other => bail!("A was not granted the lease: {other}"),

@@ -174,6 +174,8 @@ fn a_refused_connection_says_how_to_start_or_point_to_redis() {
         &["inspect", "r"],
         &["list"],
         &["break", "r", "--yes"],
+        // The demo on a server of the user's, not its own.
+        &["demo", "--redis", url.as_str()],
     ] {
         let mut command = leasehold(&url);
         command.args(argv);
