@@ -416,6 +416,16 @@ async fn a_replica_refuses_writes_as_unavailable_and_still_inspects() {
     let primary = RedisServer::start_with_args(&["--repl-diskless-sync-delay", "0"]);
     let replica = RedisServer::start();
     replica.cmd(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
+    // Synced first: a replica loading the primary's snapshot answers nothing meanwhile, and
+    // the inspection below, on a new connection, would then time out (seen on Valkey).
+    common::eventually("the replica in sync", Duration::from_secs(30), || {
+        let info = replica
+            .cmd(&["INFO", "replication"])
+            .as_string()
+            .unwrap_or_default();
+        info.lines().any(|l| l.trim() == "master_link_status:up")
+    })
+    .await;
     let client = client(&replica);
     let req = request(&client, "ro", "op-a", Duration::from_secs(5));
     match client.try_acquire(&req).await {
