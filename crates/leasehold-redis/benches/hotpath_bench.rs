@@ -48,7 +48,7 @@ const TASKS: usize = 64;
 const WINDOW: Duration = Duration::from_secs(2);
 const TTL_MS: u64 = 10_000;
 
-/// The fenced floor's scripts (`examples/floor/`), shared by hotpath_bench and script_instructions.
+/// The fenced floor's scripts (`benches/floor/`), shared by hotpath_bench and script_instructions.
 const FLOOR_ACQUIRE: &str = include_str!("floor/acquire.lua");
 const FLOOR_RELEASE: &str = include_str!("floor/release.lua");
 

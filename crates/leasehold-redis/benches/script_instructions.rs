@@ -30,7 +30,7 @@ const CYCLES: u64 = 2_000;
 const WARM_UP: u64 = 200;
 const TTL_MS: u64 = 10_000;
 
-/// The fenced floor's scripts (`examples/floor/`), shared by hotpath_bench and script_instructions.
+/// The fenced floor's scripts (`benches/floor/`), shared by hotpath_bench and script_instructions.
 const FLOOR_ACQUIRE: &str = include_str!("floor/acquire.lua");
 const FLOOR_RELEASE: &str = include_str!("floor/release.lua");
 
