@@ -73,19 +73,9 @@ fn distance(a: &str, b: &str) -> usize {
 mod tests {
     use super::*;
 
-    const NAMES: [&str; 8] = [
-        "run",
-        "inspect",
-        "list",
-        "break",
-        "demo",
-        "completions",
-        "man",
-        "help",
-    ];
-
+    /// Every subcommand: those with a man page, and `help`.
     fn suggested(typed: &str) -> Vec<String> {
-        nearest(typed, NAMES.into_iter())
+        nearest(typed, crate::args::MAN_PAGES.into_iter().chain(["help"]))
     }
 
     #[test]
