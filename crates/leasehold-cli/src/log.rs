@@ -82,7 +82,10 @@ pub(crate) fn quiet() -> bool {
 macro_rules! note {
     ($($arg:tt)*) => {
         if !$crate::log::quiet() {
-            eprintln!($($arg)*);
+            // One write of the whole line: the command shares stderr, and a line written in
+            // pieces could have its output land in the middle.
+            let line = format!("{}\n", format_args!($($arg)*));
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         }
     };
 }

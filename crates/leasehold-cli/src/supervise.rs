@@ -121,13 +121,14 @@ impl Stopping {
             return;
         }
         self.asked = true;
-        command.signal(caught.signal());
+        // Said before the signal goes on, so that what the command prints on it comes after.
         note!(
             "leasehold: {} passed on to the command; SIGKILL in {} unless it exits, or at once \
              on another SIGINT or SIGTERM",
             caught.name(),
             format_duration(grace)
         );
+        command.signal(caught.signal());
         let at = Instant::now() + grace;
         self.kill_at = Some(self.kill_at.map_or(at, |due| due.min(at)));
     }
