@@ -77,15 +77,29 @@ pub(crate) fn quiet() -> bool {
     QUIET.load(Ordering::Relaxed)
 }
 
+/// Writes `line` and a newline to stderr in one write: the command shares stderr, and a line
+/// written in pieces (as `eprintln!` writes a formatted one) could have its output land in the
+/// middle.
+pub(crate) fn write_line(line: std::fmt::Arguments<'_>) {
+    let whole = format!("{line}\n");
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), whole.as_bytes());
+}
+
+/// Prints a message to stderr in one write ([`write_line`]): for what is said while the
+/// command may be running and writing there too.
+macro_rules! tell {
+    ($($arg:tt)*) => {
+        $crate::log::write_line(format_args!($($arg)*))
+    };
+}
+pub(crate) use tell;
+
 /// Prints a note to stderr, unless `-q` was given: what is not an error (an outcome the exit
-/// code already tells, or a step on the way).
+/// code already tells, or a step on the way). In one write, as [`tell!`].
 macro_rules! note {
     ($($arg:tt)*) => {
         if !$crate::log::quiet() {
-            // One write of the whole line: the command shares stderr, and a line written in
-            // pieces could have its output land in the middle.
-            let line = format!("{}\n", format_args!($($arg)*));
-            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+            $crate::log::write_line(format_args!($($arg)*));
         }
     };
 }

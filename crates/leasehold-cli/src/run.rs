@@ -27,7 +27,7 @@ use crate::config::RunConfig;
 use crate::duration::format_duration;
 use crate::exit;
 use crate::inspect;
-use crate::log::note;
+use crate::log::{note, tell};
 use crate::remedy;
 use crate::signals::Signals;
 use crate::stop::{self, ProcessGroup};
@@ -81,7 +81,7 @@ pub(crate) async fn run(config: RunConfig) -> u8 {
         if let Err(e) = writeln!(io::stdout(), "{}", report.line(code))
             && e.kind() != io::ErrorKind::BrokenPipe
         {
-            eprintln!("leasehold: cannot write the JSON report: {e}");
+            tell!("leasehold: cannot write the JSON report: {e}");
         }
     }
     code
@@ -92,7 +92,7 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
     let mut signals = match Signals::new() {
         Ok(signals) => signals,
         Err(e) => {
-            eprintln!("leasehold: cannot catch signals: {e}");
+            tell!("leasehold: cannot catch signals: {e}");
             return exit::FAILURE;
         }
     };
@@ -118,7 +118,7 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
     let acquired = tokio::select! {
         acquired = acquire(&client, &request, &shown, wait_forever, &wait_text, exits) => acquired,
         caught = signals.next() => {
-            eprintln!("leasehold: {} before the command started; giving up", caught.name());
+            tell!("leasehold: {} before the command started; giving up", caught.name());
             abandon(&client, &request).await;
             report.outcome = "interrupted";
             report.waited = Some(started.elapsed());
@@ -142,7 +142,7 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
     let kept = match client.guard(lease).await {
         Ok(kept) => kept,
         Err(e) => {
-            eprintln!("leasehold: cannot keep the lease alive: {e}; the command was not started");
+            tell!("leasehold: cannot keep the lease alive: {e}; the command was not started");
             report.outcome = "unavailable";
             return exit::UNAVAILABLE;
         }
@@ -150,7 +150,7 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
     // A replayed grant may have little validity left: never start work that would have to be
     // stopped at once.
     if kept.signal().is_lost() || kept.handle().remaining_validity() <= stop.backstop() {
-        eprintln!(
+        tell!(
             "leasehold: the grant is about to expire (validity left {}); the command was not \
              started",
             format_duration(kept.handle().remaining_validity())
@@ -169,14 +169,14 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
             } else {
                 exit::CANNOT_EXECUTE
             };
-            eprintln!("leasehold: cannot run {}: {e}", program.display());
+            tell!("leasehold: cannot run {}: {e}", program.display());
             report_release(released(kept.release().await, report, granted));
             return code;
         }
     };
     let Some(group) = child.id().and_then(ProcessGroup::led_by) else {
         // A freshly spawned child always has a pid; this is unreachable in practice.
-        eprintln!("leasehold: the command has no process id; stopping it");
+        tell!("leasehold: the command has no process id; stopping it");
         let _ = child.kill().await;
         report_release(released(kept.release().await, report, granted));
         return exit::FAILURE;
@@ -208,7 +208,7 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
         } else {
             String::new()
         };
-        eprintln!(
+        tell!(
             "leasehold: the lease was lost while the command ran{found}; its work may not have \
              been covered by the lease"
         );
@@ -218,7 +218,7 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
     if let Some(found) = ended_early {
         // The command exited while the lease still looked valid, yet the grant was gone by
         // the release: it ended before the work did, and may have been granted to another.
-        eprintln!(
+        tell!(
             "leasehold: the lease ended before the command did: the release found {found}; its \
              work may not have been covered by the lease (the command exited {})",
             match &status {
@@ -235,7 +235,7 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
             exit::of_child(status)
         }
         Err(e) => {
-            eprintln!("leasehold: lost track of the command ({e}); it was killed");
+            tell!("leasehold: lost track of the command ({e}); it was killed");
             exit::FAILURE
         }
     }
@@ -326,7 +326,7 @@ async fn acquire(
             Ok(lease)
         }
         AcquireOutcome::Indeterminate { cause, .. } => {
-            eprintln!(
+            tell!(
                 "leasehold: the outcome is still unknown after {} ({cause}); the command was not \
                  started",
                 format_duration(RESOLVE_BUDGET.min(request.ttl()))
@@ -384,18 +384,16 @@ fn not_acquired(
                     },
                 );
             }
-            eprintln!("leasehold: Redis unavailable at {shown}: {u}; the command was not started");
+            tell!("leasehold: Redis unavailable at {shown}: {u}; the command was not started");
             remedy::tell_for(&u, shown);
             (exit::UNAVAILABLE, "unavailable")
         }
         AcquireOutcome::Overloaded => {
-            eprintln!("leasehold: too many commands in flight; the command was not started");
+            tell!("leasehold: too many commands in flight; the command was not started");
             (exit::UNAVAILABLE, "unavailable")
         }
         other => {
-            eprintln!(
-                "leasehold: unexpected acquire outcome ({other}); the command was not started"
-            );
+            tell!("leasehold: unexpected acquire outcome ({other}); the command was not started");
             (exit::UNAVAILABLE, "unavailable")
         }
     }
@@ -409,7 +407,7 @@ async fn abandon(client: &RedisLeases, request: &LeaseRequest) {
         Abandoned::Released => {
             note!("leasehold: the acquire had been applied; its grant is released");
         }
-        Abandoned::Unknown(why) => eprintln!(
+        Abandoned::Unknown(why) => tell!(
             "leasehold: could not confirm that no grant is left ({why}). A release of this \
              attempt was sent behind the acquire on the same connection: Redis runs them in \
              order, so a grant it makes when it gets to the acquire is removed at once. Only if \
@@ -459,7 +457,7 @@ fn report_release(outcome: ReleaseOutcome) -> Option<&'static str> {
             // Nothing here says whether the lease is still held: the release may have been
             // applied (an unknown outcome), and a restart, a flush or an eviction may already
             // have taken the lease. Only the upper bound is known.
-            eprintln!(
+            tell!(
                 "leasehold: the release was not confirmed ({why}); the lease may still be held, \
                  at most until its TTL runs out, or may already be gone"
             );

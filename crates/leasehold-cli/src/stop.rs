@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use rustix::process::{Pid, Signal, WaitOptions};
 
+use crate::log::tell;
+
 /// When to stop the command, for one lease.
 ///
 /// The command must be dead *before* the lease's validity ends, since from then on the server
@@ -67,7 +69,7 @@ impl ProcessGroup {
     pub(crate) fn signal(&self, signal: Signal) {
         match rustix::process::kill_process_group(self.0, signal) {
             Ok(()) | Err(rustix::io::Errno::SRCH) => {}
-            Err(e) => eprintln!("leasehold: could not send {signal:?} to the command: {e}"),
+            Err(e) => tell!("leasehold: could not send {signal:?} to the command: {e}"),
         }
     }
 
@@ -94,7 +96,7 @@ pub(crate) fn become_subreaper() {
     {
         // The argument is a flag: any pid sets it.
         if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
-            eprintln!("leasehold: cannot reap what the command leaves behind: {e}");
+            tell!("leasehold: cannot reap what the command leaves behind: {e}");
         }
     }
 }

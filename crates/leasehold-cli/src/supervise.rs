@@ -13,7 +13,7 @@ use rustix::process::Signal;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::duration::format_duration;
-use crate::log::note;
+use crate::log::{note, tell};
 use crate::signals::{Caught, Signals};
 use crate::stop::{ProcessGroup, StopPolicy};
 
@@ -113,7 +113,7 @@ impl Stopping {
             return;
         }
         if self.asked {
-            eprintln!(
+            tell!(
                 "leasehold: {} again: sending SIGKILL to the command",
                 caught.name()
             );
@@ -224,7 +224,7 @@ pub(crate) async fn supervise<B: LeaseBackend>(
                 }
                 if !stopping.terminated {
                     let kill_after = stop.kill_after(kept.handle().remaining_validity());
-                    eprintln!(
+                    tell!(
                         "leasehold: the command exited and left processes in its group; \
                          stopping them before the lease is released: SIGTERM now, SIGKILL in {}",
                         format_duration(kill_after)
@@ -237,7 +237,7 @@ pub(crate) async fn supervise<B: LeaseBackend>(
                     break;
                 }
                 if stopping.killed_at.is_some_and(|at| at.elapsed() >= KILL_WAIT) {
-                    eprintln!(
+                    tell!(
                         "leasehold: processes of the command's group are still there {} after \
                          SIGKILL; releasing the lease anyway",
                         format_duration(KILL_WAIT)
@@ -270,7 +270,7 @@ fn lost<B: LeaseBackend>(
     } else {
         format!("SIGTERM now, SIGKILL in {}", format_duration(kill_after))
     };
-    eprintln!("leasehold: lease lost ({reason}); stopping the command: {how}");
+    tell!("leasehold: lease lost ({reason}); stopping the command: {how}");
     stopping.begin(command, kill_after);
 }
 
