@@ -368,7 +368,7 @@ pub(crate) struct RunArgs {
         long,
         value_name = "P",
         env = "LEASEHOLD_PURPOSE",
-        default_value = "cli"
+        default_value = crate::config::CLI_PURPOSE
     )]
     pub(crate) purpose: String,
 
