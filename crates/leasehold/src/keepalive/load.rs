@@ -97,9 +97,13 @@ impl Load {
         need: MilliHz,
         acquired_in: Duration,
     ) -> Result<Demand, Overload> {
-        let nanos = u64::try_from(acquired_in.as_nanos()).unwrap_or(u64::MAX);
-        self.acquired_in.fetch_add(nanos, Ordering::Relaxed);
-        self.acquires.fetch_add(1, Ordering::Relaxed);
+        if self.capacity.load(Ordering::Relaxed) == 0 {
+            // Only the estimate before the first measurement uses them: no work after it, and
+            // no sum that grows for as long as the process lives.
+            let nanos = u64::try_from(acquired_in.as_nanos()).unwrap_or(u64::MAX);
+            self.acquired_in.fetch_add(nanos, Ordering::Relaxed);
+            self.acquires.fetch_add(1, Ordering::Relaxed);
+        }
         let limit = self.limit();
         let admitted = self
             .demand
