@@ -22,7 +22,8 @@ use crate::link::{self, Link};
 use crate::renewals::{self, Renewals};
 use crate::scripts::{
     self, AcquireCall, AcquireEntry, AttemptArg, FencedWriteCall, GrantArg, InspectCall,
-    ReleaseCall, ReleaseEntry, RenewCall, RenewGrant, WatchCall,
+    ReleaseCall, ReleaseEntry, RenewCall, RenewGrant, SemaphoreAcquireCall, SemaphoreReleaseCall,
+    WatchCall,
 };
 use crate::settings::RedisSettings;
 use crate::settings::{not_replicated, replicated};
@@ -248,8 +249,109 @@ impl RedisBackend {
     }
 }
 
+impl RedisBackend {
+    /// Runs `semaphore_acquire.lua` for one permit of the semaphore of `capacity`.
+    async fn acquire_permit(&self, request: &LeaseRequest, capacity: u32) -> AcquireReply {
+        let keys = self.keys.semaphore(request.purpose(), request.resource());
+        let gate = self.settings.replication();
+        let call = SemaphoreAcquireCall {
+            capacity_key: keys.capacity,
+            fence_counter_key: keys.fence_counter,
+            queue_key: keys.queue,
+            heartbeat_key: keys.heartbeats,
+            slot_key_prefix: keys.slot_prefix,
+            attempt: AttemptArg::of(request.attempt()),
+            ttl_in_milliseconds: request.ttl_millis(),
+            capacity: u64::from(capacity),
+            // A try that does not wait takes no place in the queue.
+            queue_heartbeat_in_milliseconds: if request.wait_timeout().is_zero() {
+                0
+            } else {
+                request.queue_heartbeat_millis()
+            },
+            idle_expiry_in_milliseconds: millis(std::time::Duration::from_secs(7 * 86_400)), // TODO(idle): settings
+            min_hold_in_milliseconds: request.min_hold_millis(),
+            holder_name: request.holder_name().map_or("", |name| name.as_str()),
+        };
+        match self.link.eval_in_term(&call, gate).await {
+            Ok((value, confirmed, term)) => {
+                let granted_ttl = std::time::Duration::from_millis(
+                    request.ttl_millis().max(request.min_hold_millis()),
+                );
+                match SemaphoreAcquireCall::decode(&value, granted_ttl) {
+                    Ok(AcquireReply::Granted(_) | AcquireReply::Replayed(_))
+                        if !replicated(gate, confirmed) =>
+                    {
+                        AcquireReply::Failed(not_replicated(gate, confirmed))
+                    }
+                    Ok(AcquireReply::Granted(grant)) => {
+                        AcquireReply::Granted(grant.with_term(term))
+                    }
+                    Ok(AcquireReply::Replayed(grant)) => {
+                        AcquireReply::Replayed(grant.with_term(term))
+                    }
+                    Ok(reply) => reply,
+                    Err(e) => AcquireReply::Failed(unreadable(e)),
+                }
+            }
+            Err(failure) => AcquireReply::Failed(failure),
+        }
+    }
+
+    /// Runs `semaphore_release.lua`: for the grant of `fence` on `slot`, or (`None`) for
+    /// whatever slot `attempt` holds in the semaphore of `capacity`, with its place in the
+    /// queue — the cleanup behind an unanswered acquire or a wait given up, sent by EVAL
+    /// with the source as `release.lua`'s is (see [`Self::release_script`]).
+    async fn release_permit(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        attempt: &Attempt,
+        grant: Option<(FenceToken, u32)>,
+        capacity: u32,
+    ) -> ReleaseReply {
+        let keys = self.keys.semaphore(purpose, resource);
+        let slot = grant.map(|(_, slot)| slot.to_string()).unwrap_or_default();
+        let call = SemaphoreReleaseCall {
+            capacity_key: keys.capacity,
+            queue_key: keys.queue,
+            heartbeat_key: keys.heartbeats,
+            slot_key_prefix: keys.slot_prefix,
+            grant: GrantArg {
+                fence: grant.map(|(fence, _)| fence),
+                attempt: AttemptArg::of(attempt),
+            },
+            slot: &slot,
+            capacity: u64::from(capacity),
+            channel: &keys.channel,
+            sharded: self.sharded,
+        };
+        let reply = match grant {
+            Some(_) => self.link.eval(&call, None).await,
+            None => self
+                .link
+                .eval_source(&call)
+                .await
+                .map(|value| (value, None)),
+        };
+        match reply {
+            Ok((value, _)) => SemaphoreReleaseCall::decode(&value)
+                .unwrap_or_else(|e| ReleaseReply::Failed(unreadable(e))),
+            Err(failure) => ReleaseReply::Failed(failure),
+        }
+    }
+}
+
+/// `duration` in whole milliseconds, as the scripts take it.
+fn millis(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 impl LeaseBackend for RedisBackend {
     async fn acquire(&self, request: &LeaseRequest) -> AcquireReply {
+        if let Some(capacity) = request.capacity() {
+            return self.acquire_permit(request, capacity).await;
+        }
         let attempt = request.attempt();
         let lease_key = self.keys.lease_key(request.purpose(), request.resource());
         let gate = self.settings.replication();
@@ -303,7 +405,14 @@ impl LeaseBackend for RedisBackend {
     }
 
     async fn renew(&self, grant: &Grant) -> RenewReply {
-        let lease_key = self.keys.lease_key(grant.purpose(), grant.resource());
+        // A permit is renewed as the lease on its slot's key is.
+        let lease_key = match grant.slot() {
+            Some(slot) => self
+                .keys
+                .semaphore(grant.purpose(), grant.resource())
+                .slot(slot),
+            None => self.keys.lease_key(grant.purpose(), grant.resource()),
+        };
         let gate = self.settings.replication();
         if !self.sharded {
             // Sent with the renewals started with it, in one call (`renewals.rs`).
@@ -335,6 +444,17 @@ impl LeaseBackend for RedisBackend {
     }
 
     async fn release(&self, grant: &Grant) -> ReleaseReply {
+        if let Some(slot) = grant.slot() {
+            return self
+                .release_permit(
+                    grant.purpose(),
+                    grant.resource(),
+                    grant.attempt(),
+                    Some((grant.fence(), slot)),
+                    0,
+                )
+                .await;
+        }
         self.release_script(
             grant.purpose(),
             grant.resource(),
@@ -345,6 +465,17 @@ impl LeaseBackend for RedisBackend {
     }
 
     async fn release_attempt(&self, request: &LeaseRequest) -> ReleaseReply {
+        if let Some(capacity) = request.capacity() {
+            return self
+                .release_permit(
+                    request.purpose(),
+                    request.resource(),
+                    request.attempt(),
+                    None,
+                    capacity,
+                )
+                .await;
+        }
         // One script on the connection the acquires went on, behind them: a late grant is
         // undone the moment it is made.
         self.release_script(
@@ -363,6 +494,15 @@ impl LeaseBackend for RedisBackend {
     ) -> leasehold::backend::ReleaseWatch {
         self.notices
             .watch(self.keys.release_channel(purpose, resource))
+    }
+
+    fn watch_semaphore(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+    ) -> leasehold::backend::ReleaseWatch {
+        self.notices
+            .watch(self.keys.semaphore(purpose, resource).channel)
     }
 
     async fn inspect(
@@ -434,8 +574,44 @@ impl RedisBackend {
         fence: FenceToken,
         value: &[u8],
     ) -> FencedWrite {
+        self.fenced_write_to(
+            self.keys().record_key(purpose, resource, name),
+            fence,
+            value,
+        )
+        .await
+    }
+
+    /// As [`fenced_write`](Self::fenced_write), for a semaphore's permit: the record is
+    /// kept per slot, so that the N holders of a semaphore write at once, each refused only
+    /// once its own slot was granted again with a higher fence. Pass the permit's slot and
+    /// fence (`guard.slot()`, `guard.fence()`); the record is a hash under
+    /// [`SemaphoreKeys::record`](crate::SemaphoreKeys::record).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`fenced_write`](Self::fenced_write).
+    pub async fn fenced_write_permit(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        slot: u32,
+        name: &RecordName,
+        fence: FenceToken,
+        value: &[u8],
+    ) -> FencedWrite {
+        let key = self.keys().semaphore(purpose, resource).record(slot, name);
+        self.fenced_write_to(key, fence, value).await
+    }
+
+    async fn fenced_write_to(
+        &self,
+        record_key: String,
+        fence: FenceToken,
+        value: &[u8],
+    ) -> FencedWrite {
         let call = FencedWriteCall {
-            record_key: self.keys().record_key(purpose, resource, name),
+            record_key,
             fence,
             value,
         };

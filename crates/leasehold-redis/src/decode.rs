@@ -97,6 +97,7 @@ pub(crate) fn unusable(items: &[Value]) -> Option<Failure> {
         b"counter-value" => UnusableKey::CounterNotAFence,
         b"fence-range" => UnusableKey::FenceRangeExhausted,
         b"record-type" => UnusableKey::RecordWrongType,
+        b"semaphore-value" => UnusableKey::SemaphoreForeignValue,
         _ => return None,
     };
     Some(Failure::Unavailable(Unavailable::new(
@@ -123,6 +124,63 @@ fn holder_name(value: Option<&Value>) -> Option<HolderName> {
 /// The released flag: true only for exactly 1 (replies from before it existed have none).
 fn released(value: Option<&Value>) -> bool {
     int(value) == Some(1)
+}
+
+/// Decodes a `semaphore_acquire.lua` reply; a grant's key has the TTL the script set,
+/// `granted_ttl`.
+pub(crate) fn semaphore_acquire(
+    value: &Value,
+    granted_ttl: Duration,
+) -> Result<AcquireReply, UnexpectedReply> {
+    let bad = || unexpected_reply("semaphore_acquire", value);
+    let items = items(value).ok_or_else(bad)?;
+    let slot = |at: usize| {
+        int(items.get(at))
+            .and_then(|slot| u32::try_from(slot).ok())
+            .ok_or_else(bad)
+    };
+    match int(items.first()).ok_or_else(bad)? {
+        1 => {
+            let fence = fence(items.get(1)).ok_or_else(bad)?;
+            Ok(AcquireReply::Granted(
+                GrantReply::new(fence, granted_ttl).with_slot(slot(2)?),
+            ))
+        }
+        2 => {
+            let fence = fence(items.get(1)).ok_or_else(bad)?;
+            let left = int(items.get(2)).and_then(pttl).unwrap_or(Duration::ZERO);
+            Ok(AcquireReply::Replayed(
+                GrantReply::new(fence, left).with_slot(slot(3)?),
+            ))
+        }
+        3 => {
+            let retry_after = int(items.get(2)).and_then(pttl).ok_or_else(bad)?;
+            slot(5)?;
+            Ok(AcquireReply::OwnerOperationConflict(
+                Contention::new(retry_after, holder(items.get(3)), fence(items.get(1)))
+                    .with_holder_name(holder_name(items.get(4))),
+            ))
+        }
+        0 => {
+            let retry_after = int(items.get(1)).and_then(pttl).ok_or_else(bad)?;
+            int(items.get(2))
+                .filter(|ahead| *ahead >= 0)
+                .ok_or_else(bad)?;
+            Ok(AcquireReply::Contended(Contention::new(
+                retry_after,
+                None,
+                None,
+            )))
+        }
+        -3 => {
+            let recorded = int(items.get(1))
+                .and_then(|c| u32::try_from(c).ok())
+                .ok_or_else(bad)?;
+            Ok(AcquireReply::CapacityMismatch { recorded })
+        }
+        -2 => unusable(items).map(AcquireReply::Failed).ok_or_else(bad),
+        _ => Err(bad()),
+    }
 }
 
 /// Decodes an `acquire.lua` reply. A grant is the fence alone, and the key's TTL is the one

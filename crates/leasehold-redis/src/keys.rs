@@ -17,6 +17,37 @@ pub(crate) const RELEASED_SUFFIX: &str = ":released";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyLayout {
     prefix: String,
+    semaphore_prefix: String,
+}
+
+/// The keys of one semaphore, all under its digest's hash tag (one Cluster slot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SemaphoreKeys {
+    /// `<base>:capacity`: `"<capacity> <width>"`, recorded on first use.
+    pub capacity: String,
+    /// `<base>:fence`: the fence counter of every slot.
+    pub fence_counter: String,
+    /// `<base>:queue`: waiters by arrival.
+    pub queue: String,
+    /// `<base>:alive`: waiters by the time their place lapses.
+    pub heartbeats: String,
+    /// `<base>:slot:`: slot k's key is this and k.
+    pub slot_prefix: String,
+    /// `<base>:released`: the channel releases are announced on while someone waits.
+    pub channel: String,
+}
+
+impl SemaphoreKeys {
+    /// Returns slot `slot`'s key.
+    pub fn slot(&self, slot: u32) -> String {
+        format!("{}{slot}", self.slot_prefix)
+    }
+
+    /// Returns the key of the fenced record `name` of `slot`: each slot's record keeps the
+    /// highest fence written through that slot.
+    pub fn record(&self, slot: u32, name: &crate::fenced::RecordName) -> String {
+        format!("{}{slot}:record:{}", self.slot_prefix, name.as_str())
+    }
 }
 
 impl KeyLayout {
@@ -24,7 +55,33 @@ impl KeyLayout {
     pub fn new(settings: &RedisSettings) -> Self {
         Self {
             prefix: format!("{}:lease:{}:", settings.namespace(), settings.key_version()),
+            semaphore_prefix: format!("{}:sem:{}:", settings.namespace(), settings.key_version()),
         }
+    }
+
+    /// Returns the keys of the semaphore on `resource` for `purpose`:
+    /// `{namespace}:sem:{version}:{purpose}:{{digest}}` and a suffix each. A semaphore and
+    /// a lease of one name never share a key.
+    pub fn semaphore(&self, purpose: &Purpose, resource: &ResourceDigest) -> SemaphoreKeys {
+        let base = format!(
+            "{}{}:{{{}}}",
+            self.semaphore_prefix,
+            purpose.as_str(),
+            resource.as_str()
+        );
+        SemaphoreKeys {
+            capacity: joined(&base, ":capacity"),
+            fence_counter: joined(&base, FENCE_SUFFIX),
+            queue: joined(&base, ":queue"),
+            heartbeats: joined(&base, ":alive"),
+            slot_prefix: joined(&base, ":slot:"),
+            channel: joined(&base, RELEASED_SUFFIX),
+        }
+    }
+
+    /// Returns the `SCAN MATCH` pattern of every key of every semaphore in this layout.
+    pub fn semaphore_pattern(&self) -> String {
+        format!("{}*", self.semaphore_prefix)
     }
 
     /// Returns the lease key for `purpose` and `resource`.
@@ -128,6 +185,30 @@ mod tests {
         assert_eq!(tag(&lease), format!("{{{digest}}}"));
         assert_eq!(tag(&layout.fence_key(&purpose, &digest)), tag(&lease));
         assert!(!lease.contains("orders/42"));
+    }
+
+    #[test]
+    fn a_semaphores_keys_share_one_hash_tag_and_no_lease_key() {
+        let layout = KeyLayout::new(&RedisSettings::default());
+        let purpose = Purpose::new("exports").unwrap();
+        let digest = ResourceDigest::of("api");
+        let keys = layout.semaphore(&purpose, &digest);
+        let tag = format!("{{{digest}}}");
+        for key in [
+            &keys.capacity,
+            &keys.fence_counter,
+            &keys.queue,
+            &keys.heartbeats,
+            &keys.slot(3),
+            &keys.channel,
+        ] {
+            assert!(key.starts_with("leasehold:sem:v1:exports:"), "{key}");
+            assert_eq!(key.matches('{').count(), 1, "{key}");
+            assert!(key.contains(&tag), "{key}");
+            assert_eq!(layout.parse_lease_key(key), None, "{key}");
+        }
+        assert_eq!(keys.slot(3), format!("{}3", keys.slot_prefix));
+        assert_ne!(keys.fence_counter, layout.fence_key(&purpose, &digest));
     }
 
     #[test]

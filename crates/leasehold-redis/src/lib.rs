@@ -185,7 +185,7 @@ pub use backend::{RedisBackend, RedisLeases};
 pub use config::RedisConfig;
 pub use error::{Error, ErrorKind};
 pub use fenced::{FencedWrite, RecordName};
-pub use keys::KeyLayout;
+pub use keys::{KeyLayout, SemaphoreKeys};
 pub use settings::{RedisSettings, ReplicationGate, Transport};
 
 /// The README's examples compile as doctests.

@@ -25,6 +25,7 @@ pub struct Grant {
     fence: FenceToken,
     ttl: Duration,
     term: u64,
+    slot: Option<u32>,
 }
 
 impl Grant {
@@ -36,7 +37,14 @@ impl Grant {
             fence: reply.fence,
             ttl: request.ttl(),
             term: reply.term,
+            slot: reply.slot,
         }
+    }
+
+    /// Returns the semaphore slot this grant is a permit for, `None` for a lease. A permit
+    /// is renewed and released as a lease on its slot.
+    pub fn slot(&self) -> Option<u32> {
+        self.slot
     }
 
     /// Returns the backend's term when it granted (see [`GrantReply::term`]).
@@ -91,16 +99,26 @@ pub struct GrantReply {
     /// ([`LossCause::MasterReplaced`]). 0 for a backend
     /// that has no terms.
     pub term: u64,
+    /// For a permit of a semaphore: the slot granted, from 0 to the capacity − 1. `None`
+    /// for a lease.
+    pub slot: Option<u32>,
 }
 
 impl GrantReply {
-    /// Makes a `GrantReply` of term 0.
+    /// Makes a `GrantReply` of term 0, for a lease.
     pub fn new(fence: FenceToken, server_ttl: Duration) -> Self {
         Self {
             fence,
             server_ttl,
             term: 0,
+            slot: None,
         }
+    }
+
+    /// Returns this reply, for a permit of `slot`.
+    pub fn with_slot(mut self, slot: u32) -> Self {
+        self.slot = Some(slot);
+        self
     }
 
     /// Returns this reply, of `term`.
@@ -122,6 +140,12 @@ pub enum AcquireReply {
     Contended(Contention),
     /// The same owner token holds it for another operation id.
     OwnerOperationConflict(Contention),
+    /// A permit request's capacity is not the one the semaphore recorded; nothing was
+    /// written.
+    CapacityMismatch {
+        /// The capacity the semaphore has.
+        recorded: u32,
+    },
     /// No definite answer.
     Failed(Failure),
 }
@@ -210,6 +234,22 @@ impl ReleaseWatch {
 ///   contention ([`Contention::holder_name`]); it is never the owner token;
 /// - a [`Failure::Unavailable`] or [`Failure::Overloaded`] is returned only when the command
 ///   was certainly not applied; anything uncertain is [`Failure::Indeterminate`].
+///
+/// A request with a capacity ([`LeaseRequest::with_capacity`]) asks for one *permit* of the
+/// semaphore of that capacity on the resource, kept apart from the lease of the same name:
+///
+/// - the capacity is recorded by the first request; one asking for another is answered
+///   [`AcquireReply::CapacityMismatch`] and nothing is written;
+/// - a permit is a grant of one *slot* (0 to capacity − 1, [`GrantReply::slot`]) that no other
+///   grant holds, with a fence larger than any issued before for the semaphore (every slot),
+///   and is renewed and released exactly as a lease on that slot is ([`Grant::slot`]);
+/// - at most `capacity` slots are held at once, and waiters are served first come, first
+///   served: a request that waits ([`LeaseRequest::wait_timeout`] not zero) and is refused
+///   takes a place in the semaphore's queue, and only the first f places may take f free
+///   slots. A place lapses one [`LeaseRequest::queue_heartbeat`] after its last try;
+///   `release_attempt` gives it back (and the slot the attempt holds, if any);
+/// - [`watch_semaphore`](Self::watch_semaphore) fires when a permit is released while someone
+///   waits.
 pub trait LeaseBackend: Send + Sync + 'static {
     /// Tries once to acquire the lease described by `request`.
     ///
@@ -312,6 +352,13 @@ pub trait LeaseBackend: Send + Sync + 'static {
     /// Subscribes to release notices for `resource`. Notices are hints that only make a
     /// waiter retry sooner: a missed one costs latency, never safety. The default has none.
     fn watch(&self, purpose: &Purpose, resource: &ResourceDigest) -> ReleaseWatch {
+        let _ = (purpose, resource);
+        ReleaseWatch::none()
+    }
+
+    /// Subscribes to release notices for the semaphore on `resource`: a release of any of
+    /// its permits while someone waits in its queue. The default has none.
+    fn watch_semaphore(&self, purpose: &Purpose, resource: &ResourceDigest) -> ReleaseWatch {
         let _ = (purpose, resource);
         ReleaseWatch::none()
     }

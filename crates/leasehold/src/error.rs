@@ -19,6 +19,8 @@ pub enum ErrorKind {
     InvalidWaitTimeout,
     /// A minimum hold was not a whole number of milliseconds, or above the maximum TTL.
     InvalidMinHold,
+    /// A semaphore's capacity was 0 or above [`MAX_CAPACITY`](crate::request::MAX_CAPACITY).
+    InvalidCapacity,
     /// A holder name was empty, too long, or held a control or invisible character.
     InvalidHolderName,
     /// A drift budget was out of its documented bounds.
@@ -86,6 +88,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::InvalidTtl => "invalid TTL",
             ErrorKind::InvalidWaitTimeout => "invalid wait timeout",
             ErrorKind::InvalidMinHold => "invalid minimum hold",
+            ErrorKind::InvalidCapacity => "invalid capacity",
             ErrorKind::InvalidHolderName => "invalid holder name",
             ErrorKind::InvalidDriftBudget => "invalid drift budget",
             ErrorKind::InvalidSetting => "invalid setting",

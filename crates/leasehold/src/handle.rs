@@ -339,6 +339,12 @@ impl<B: LeaseBackend> LeaseHandle<B> {
         self.shared.grant.fence()
     }
 
+    /// Returns the semaphore slot this handle holds a permit for, `None` for a lease. A
+    /// fence orders the grants of one slot: a target keeps the highest fence per slot.
+    pub fn slot(&self) -> Option<u32> {
+        self.shared.grant.slot()
+    }
+
     /// Returns what this lease promises; see [`Guarantee`].
     pub fn guarantee(&self) -> Guarantee {
         Guarantee::Fenced(self.shared.grant.fence())

@@ -76,6 +76,8 @@ pub enum UnusableKey {
     FenceRangeExhausted,
     /// A fenced record (data kept next to the lease) holds a value of another type.
     RecordWrongType,
+    /// A semaphore's capacity record or queue holds a value leasehold did not write.
+    SemaphoreForeignValue,
 }
 
 impl fmt::Display for UnusableKey {
@@ -94,6 +96,9 @@ impl fmt::Display for UnusableKey {
                 "the fence counter is at the top of the fence range (2^63 - 1)"
             }
             UnusableKey::RecordWrongType => "the fenced record holds a value of another type",
+            UnusableKey::SemaphoreForeignValue => {
+                "the semaphore's capacity record or queue holds a value leasehold did not write"
+            }
         })
     }
 }

@@ -16,6 +16,17 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// The longest wait timeout a request may ask for.
 pub const MAX_WAIT: Duration = Duration::from_secs(60 * 60);
+/// The largest capacity a semaphore may have: an acquire looks at every slot, so its cost
+/// grows with the capacity.
+pub const MAX_CAPACITY: u32 = 1024;
+/// How long a semaphore's waiter stays in the queue after its last try unless
+/// [`LeaseRequest::with_queue_heartbeat`] says otherwise: a waiter that dies stops blocking
+/// the queue at most this long after its last try.
+pub const DEFAULT_QUEUE_HEARTBEAT: Duration = Duration::from_secs(3);
+/// The shortest queue heartbeat a request may ask for.
+pub const MIN_QUEUE_HEARTBEAT: Duration = Duration::from_millis(100);
+/// The longest queue heartbeat a request may ask for.
+pub const MAX_QUEUE_HEARTBEAT: Duration = Duration::from_secs(60);
 
 /// How much a handle takes off every granted validity to allow for clock drift between this
 /// process and the server: `fixed + rate × TTL`.
@@ -121,6 +132,9 @@ pub struct LeaseRequest {
     /// Zero for none.
     min_hold: Duration,
     holder_name: Option<HolderName>,
+    /// For a permit of a semaphore: its capacity. `None` for a lease.
+    capacity: Option<u32>,
+    queue_heartbeat: Duration,
 }
 
 impl LeaseRequest {
@@ -147,6 +161,8 @@ impl LeaseRequest {
             drift,
             min_hold: Duration::ZERO,
             holder_name: None,
+            capacity: None,
+            queue_heartbeat: DEFAULT_QUEUE_HEARTBEAT,
         })
     }
 
@@ -196,6 +212,67 @@ impl LeaseRequest {
     pub fn with_holder_name(mut self, name: HolderName) -> Self {
         self.holder_name = Some(name);
         self
+    }
+
+    /// Returns this request made a request for one *permit* of the semaphore of `capacity`
+    /// on the resource: one of `capacity` slots, each a lease of its own with its own fence
+    /// (see [the semaphore guide](crate::lock#semaphores)). The capacity is recorded on the
+    /// server by the first request; one asking for another capacity is answered
+    /// [`AcquireReply::CapacityMismatch`](crate::backend::AcquireReply::CapacityMismatch) and
+    /// changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidCapacity`] if `capacity` is 0 or above [`MAX_CAPACITY`].
+    pub fn with_capacity(mut self, capacity: u32) -> Result<Self, Error> {
+        if capacity == 0 || capacity > MAX_CAPACITY {
+            return Err(Error::new(
+                ErrorKind::InvalidCapacity,
+                format!("must be from 1 to {MAX_CAPACITY}, got {capacity}"),
+            ));
+        }
+        self.capacity = Some(capacity);
+        Ok(self)
+    }
+
+    /// Returns this request with a queue heartbeat (default [`DEFAULT_QUEUE_HEARTBEAT`]): a
+    /// permit request that waits keeps its place in the semaphore's queue by trying again
+    /// at least three times per heartbeat, and a place not refreshed for a heartbeat is
+    /// dropped, so a waiter that dies never stalls the queue for longer.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidWaitTimeout`] if `heartbeat` is below [`MIN_QUEUE_HEARTBEAT`],
+    /// above [`MAX_QUEUE_HEARTBEAT`] or not a whole number of milliseconds.
+    pub fn with_queue_heartbeat(mut self, heartbeat: Duration) -> Result<Self, Error> {
+        if !(MIN_QUEUE_HEARTBEAT..=MAX_QUEUE_HEARTBEAT).contains(&heartbeat)
+            || !heartbeat.subsec_nanos().is_multiple_of(1_000_000)
+        {
+            return Err(Error::new(
+                ErrorKind::InvalidWaitTimeout,
+                format!(
+                    "a queue heartbeat must be whole milliseconds from {MIN_QUEUE_HEARTBEAT:?} \
+                     to {MAX_QUEUE_HEARTBEAT:?}, got {heartbeat:?}"
+                ),
+            ));
+        }
+        self.queue_heartbeat = heartbeat;
+        Ok(self)
+    }
+
+    /// Returns the semaphore's capacity for a permit request, `None` for a lease.
+    pub fn capacity(&self) -> Option<u32> {
+        self.capacity
+    }
+
+    /// Returns the queue heartbeat (see [`with_queue_heartbeat`](Self::with_queue_heartbeat)).
+    pub fn queue_heartbeat(&self) -> Duration {
+        self.queue_heartbeat
+    }
+
+    /// Returns the queue heartbeat in milliseconds, as sent to the server.
+    pub fn queue_heartbeat_millis(&self) -> u64 {
+        u64::try_from(self.queue_heartbeat.as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Returns a copy of this request for another attempt (same resource, TTL, wait, minimum

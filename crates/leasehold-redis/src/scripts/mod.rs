@@ -283,6 +283,7 @@ mod fenced_write;
 mod inspect;
 mod release;
 mod renew;
+mod semaphore;
 mod watch;
 
 pub(crate) use acquire::AcquireCall;
@@ -292,11 +293,12 @@ pub(crate) use fenced_write::FencedWriteCall;
 pub(crate) use inspect::InspectCall;
 pub(crate) use release::ReleaseCall;
 pub(crate) use renew::{RenewCall, RenewGrant};
+pub(crate) use semaphore::{SemaphoreAcquireCall, SemaphoreReleaseCall};
 pub(crate) use watch::WatchCall;
 
 /// Every script, for warm-up: the four lease scripts, an observer's watch, the fenced write,
 /// then an operator's break.
-pub(crate) fn all() -> [&'static LeaseScript; 7] {
+pub(crate) fn all() -> [&'static LeaseScript; 9] {
     [
         AcquireCall::script(),
         RenewCall::script(),
@@ -305,6 +307,8 @@ pub(crate) fn all() -> [&'static LeaseScript; 7] {
         WatchCall::script(),
         FencedWriteCall::script(),
         BreakCall::script(),
+        SemaphoreAcquireCall::script(),
+        SemaphoreReleaseCall::script(),
     ]
 }
 
@@ -438,6 +442,8 @@ mod tests {
         check::<WatchCall<'_>>();
         check::<FencedWriteCall<'_>>();
         check::<BreakCall>();
+        check::<SemaphoreAcquireCall<'_>>();
+        check::<SemaphoreReleaseCall<'_>>();
     }
 
     /// The check tells a header that drifted from its call: swapped, missing, unnamed or

@@ -225,6 +225,9 @@ impl<B: LeaseBackend> LeaseClient<B> {
             AcquireReply::Replayed(grant) => AcquireOutcome::Replayed(handle(grant)),
             AcquireReply::Contended(c) => AcquireOutcome::Contended(c),
             AcquireReply::OwnerOperationConflict(c) => AcquireOutcome::OwnerOperationConflict(c),
+            AcquireReply::CapacityMismatch { recorded } => {
+                AcquireOutcome::CapacityMismatch { recorded }
+            }
             AcquireReply::Failed(Failure::Indeterminate(cause)) => AcquireOutcome::Indeterminate {
                 operation: request.attempt().operation().clone(),
                 cause,

@@ -21,6 +21,13 @@ pub enum AcquireOutcome<B: LeaseBackend> {
     /// The same owner token holds the lease for another operation id; the new operation does
     /// not inherit it.
     OwnerOperationConflict(Contention),
+    /// A permit request asked for another capacity than the semaphore has; nothing was
+    /// written. Ask again with the recorded capacity, or change it with the operator's
+    /// command (`leasehold capacity`).
+    CapacityMismatch {
+        /// The capacity the semaphore has.
+        recorded: u32,
+    },
     /// Sent, outcome unknown: the lease may have been granted to this attempt. Replay the same
     /// request (same attempt) or inspect with it to find out.
     Indeterminate {
@@ -51,6 +58,7 @@ impl<B: LeaseBackend> AcquireOutcome<B> {
             AcquireOutcome::Replayed(_) => "replayed",
             AcquireOutcome::Contended(_) => "contended",
             AcquireOutcome::OwnerOperationConflict(_) => "owner_operation_conflict",
+            AcquireOutcome::CapacityMismatch { .. } => "capacity_mismatch",
             AcquireOutcome::Indeterminate { .. } => "indeterminate",
             AcquireOutcome::Unavailable(_) => "unavailable",
             AcquireOutcome::Overloaded => "overloaded",
@@ -75,6 +83,10 @@ impl<B: LeaseBackend> fmt::Debug for AcquireOutcome<B> {
             AcquireOutcome::OwnerOperationConflict(c) => {
                 f.debug_tuple("OwnerOperationConflict").field(c).finish()
             }
+            AcquireOutcome::CapacityMismatch { recorded } => f
+                .debug_struct("CapacityMismatch")
+                .field("recorded", recorded)
+                .finish(),
             AcquireOutcome::Indeterminate { operation, cause } => f
                 .debug_struct("Indeterminate")
                 .field("operation", operation)
@@ -97,6 +109,10 @@ impl<B: LeaseBackend> fmt::Display for AcquireOutcome<B> {
             AcquireOutcome::OwnerOperationConflict(c) => write!(
                 f,
                 "refused: the owner token holds it for another operation ({c})"
+            ),
+            AcquireOutcome::CapacityMismatch { recorded } => write!(
+                f,
+                "refused: the semaphore's capacity is {recorded}, not the one asked for"
             ),
             AcquireOutcome::Indeterminate { operation, cause } => {
                 write!(f, "{cause}; replay operation {operation} to find out")

@@ -247,8 +247,17 @@ impl<B: LeaseBackend> LeaseClient<B> {
         waiting: &mut Waiting,
     ) -> AcquireOutcome<B> {
         let deadline = Instant::now() + wait;
-        let key = format!("{}\0{}", request.purpose(), request.resource());
-        let queue = self.queues.queue(&key);
+        // A permit's waiters do not queue here: each keeps its own place in the semaphore's
+        // queue on the server, which serves them in arrival order across processes, several
+        // at once when several slots are free, and drops a place not refreshed within the
+        // heartbeat.
+        let permit = request.capacity().is_some();
+        let queue = if permit {
+            Arc::default()
+        } else {
+            self.queues
+                .queue(&format!("{}\0{}", request.purpose(), request.resource()))
+        };
         let head = match queue.try_lock() {
             Ok(head) => Some(head),
             Err(_) => {
@@ -257,12 +266,18 @@ impl<B: LeaseBackend> LeaseClient<B> {
                 tokio::time::timeout_at(deadline, queue.lock()).await.ok()
             }
         };
+        let head = head.is_some();
         let mut guard = CancelGuard {
             client: self,
             request,
             armed: false,
         };
-        let watch = self.backend().watch(request.purpose(), request.resource());
+        let watch = if permit {
+            self.backend()
+                .watch_semaphore(request.purpose(), request.resource())
+        } else {
+            self.backend().watch(request.purpose(), request.resource())
+        };
         let never = tokio::sync::Notify::new();
         let notify = watch.notify().map_or(&never, |n| n.as_ref());
         // Once a try's outcome was unknown, this attempt may hold a grant until the server
@@ -287,7 +302,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
                 }
                 AcquireOutcome::Indeterminate { cause, .. } => {
                     unknown = Some(cause.clone());
-                    if head.is_some() && Instant::now() < deadline {
+                    if head && Instant::now() < deadline {
                         // Same attempt: the retry is a replay and finds a grant if one was made.
                         backoff.pause(Some(deadline)).await;
                         continue;
@@ -299,7 +314,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
                     let Some(cause) = unknown.take() else {
                         break outcome;
                     };
-                    if head.is_some() && Instant::now() < deadline {
+                    if head && Instant::now() < deadline {
                         unknown = Some(cause);
                         backoff.pause(Some(deadline)).await;
                         continue;
@@ -311,15 +326,25 @@ impl<B: LeaseBackend> LeaseClient<B> {
                 }
                 _ => break outcome,
             };
-            // Contended: nothing of this attempt's is held while it waits for the next try.
-            guard.armed = false;
+            // Contended: nothing of this attempt's is held while it waits for the next try —
+            // but a permit's place in the queue is, and a dropped wait gives it back.
+            guard.armed = permit;
             backoff.reset();
             let now = Instant::now();
-            if head.is_none() || now >= deadline {
+            if !head || now >= deadline {
+                if permit && head {
+                    // Its place in the semaphore's queue would keep later waiters out until
+                    // the heartbeat ran out: given back now, in the background.
+                    self.abandon_in_background(request.clone());
+                }
                 break outcome;
             }
             waiting.start(request);
-            let retry_after = contention.retry_after;
+            let mut retry_after = contention.retry_after;
+            if permit {
+                // Tried often enough to keep its place in the queue.
+                retry_after = retry_after.min(request.queue_heartbeat() / 3);
+            }
             let wake = (now + retry_after + jitter(retry_after)).min(deadline);
             tokio::select! {
                 () = tokio::time::sleep_until(wake) => {}

@@ -36,6 +36,13 @@ pub enum LockError {
     /// [`ErrorKind::WatchdogOverloaded`]: crate::ErrorKind::WatchdogOverloaded
     #[error("refused: {0}")]
     Refused(#[from] Error),
+    /// A semaphore's permit was asked for with another capacity than the one the semaphore
+    /// recorded; nothing was written.
+    #[error("refused: the semaphore's capacity is {recorded}, not the one asked for")]
+    CapacityMismatch {
+        /// The capacity the semaphore has.
+        recorded: u32,
+    },
 }
 
 impl LockError {

@@ -52,6 +52,13 @@ impl<B: LeaseBackend> LeaseGuard<B> {
         self.handle().fence()
     }
 
+    /// Returns the slot of a semaphore's permit, from 0 to its capacity − 1; `None` for a
+    /// lease. Pass it with the fence: a target that N holders write at once keeps the
+    /// highest fence *per slot* (`WHERE slot = $slot AND fence <= $fence`).
+    pub fn slot(&self) -> Option<u32> {
+        self.handle().slot()
+    }
+
     /// Returns how long the lease is still known to be valid (zero once it is not).
     pub fn remaining_validity(&self) -> Duration {
         self.handle().remaining_validity()

@@ -49,6 +49,12 @@ impl<B: LeaseBackend> HeldLease<B> {
         self.handle.fence()
     }
 
+    /// Returns the semaphore slot of a permit, `None` for a lease (see
+    /// [`LeaseGuard::slot`](crate::LeaseGuard::slot)).
+    pub fn slot(&self) -> Option<u32> {
+        self.handle.slot()
+    }
+
     /// Returns how long the lease is still known to be valid (zero once it is not).
     pub fn remaining_validity(&self) -> Duration {
         self.handle.remaining_validity()

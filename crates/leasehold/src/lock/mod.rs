@@ -107,6 +107,9 @@ pub struct LockBuilder<'a, B: LeaseBackend> {
     wait: Duration,
     min_hold: Duration,
     holder_name: Option<HolderName>,
+    /// For a semaphore's permit: its capacity.
+    capacity: Option<u32>,
+    queue_heartbeat: Option<Duration>,
 }
 
 impl<B: LeaseBackend> fmt::Debug for LockBuilder<'_, B> {
@@ -119,6 +122,8 @@ impl<B: LeaseBackend> fmt::Debug for LockBuilder<'_, B> {
             .field("wait", &self.wait)
             .field("min_hold", &self.min_hold)
             .field("holder_name", &self.holder_name)
+            .field("capacity", &self.capacity)
+            .field("queue_heartbeat", &self.queue_heartbeat)
             .finish_non_exhaustive()
     }
 }
@@ -169,6 +174,14 @@ impl<'a, B: LeaseBackend> LockBuilder<'a, B> {
         self
     }
 
+    /// Sets how long a permit's place in the semaphore's queue outlives its last try
+    /// (default 3 s, see [`LeaseRequest::with_queue_heartbeat`]): a waiter that dies keeps
+    /// the others out at most this long. Only a semaphore's permit waits in a queue.
+    pub fn queue_heartbeat(mut self, heartbeat: Duration) -> Self {
+        self.queue_heartbeat = Some(heartbeat);
+        self
+    }
+
     /// Builds the request, and checks that the client's watchdog can keep a lease of its TTL:
     /// all before any I/O.
     fn request(&self) -> Result<LeaseRequest, Error> {
@@ -190,10 +203,16 @@ impl<'a, B: LeaseBackend> LockBuilder<'a, B> {
             )?
             .with_wait_timeout(self.wait)?
             .with_min_hold(self.min_hold)?;
-        let request = match &self.holder_name {
+        let mut request = match &self.holder_name {
             Some(name) => request.with_holder_name(name.clone()),
             None => request,
         };
+        if let Some(capacity) = self.capacity {
+            request = request.with_capacity(capacity)?;
+        }
+        if let Some(heartbeat) = self.queue_heartbeat {
+            request = request.with_queue_heartbeat(heartbeat)?;
+        }
         self.client
             .watchdog()
             .settings()
@@ -275,6 +294,9 @@ async fn acquire_within_wait<B: LeaseBackend>(
             AcquireOutcome::Contended(c) | AcquireOutcome::OwnerOperationConflict(c) => {
                 return Err(LockError::Contended(c));
             }
+            AcquireOutcome::CapacityMismatch { recorded } => {
+                return Err(LockError::CapacityMismatch { recorded });
+            }
             AcquireOutcome::Indeterminate { cause, .. } => {
                 // `acquire` replayed until the deadline. Nobody can resolve this attempt
                 // after us, so whatever it may hold is released now.
@@ -350,7 +372,49 @@ impl<B: LeaseBackend> LeaseClient<B> {
             wait: Duration::ZERO,
             min_hold: Duration::ZERO,
             holder_name: None,
+            capacity: None,
+            queue_heartbeat: None,
         }
+    }
+
+    /// Prepares one permit of the counting semaphore of `capacity` on `name`; `.await` it for
+    /// a [`LeaseGuard`] whose [`slot`](LeaseGuard::slot) is the permit's.
+    ///
+    /// At most `capacity` permits are held at once. Each permit is a lease on one of the
+    /// semaphore's slots, with its own fence (fences grow across the whole semaphore), kept
+    /// alive by the watchdog and lost — with the signal before anyone else can be given the
+    /// slot — like a lease. Waiters (with [`wait`](LockBuilder::wait)) are served first come,
+    /// first served across processes; see [the semaphore guide](crate::lock#semaphores).
+    /// The builder is the one [`lock`](Self::lock) gives, with the same options.
+    ///
+    /// ```no_run
+    /// # async fn export(_slot: u32, _fence: leasehold::FenceToken) {}
+    /// # async fn demo<B: leasehold::LeaseBackend>(client: leasehold::LeaseClient<B>) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    ///
+    /// let permit = client
+    ///     .semaphore("exports", 8) // at most 8 exports at once
+    ///     .wait(Duration::from_secs(30))
+    ///     .await?;
+    /// let slot = permit.slot().expect("a permit has a slot");
+    /// export(slot, permit.fence()).await; // writes carry the slot and the fence
+    /// permit.release().await;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock), and [`LockError::CapacityMismatch`] when the semaphore
+    /// recorded another capacity (nothing was written), and [`LockError::Refused`] for a
+    /// capacity of 0 or above [`MAX_CAPACITY`](crate::request::MAX_CAPACITY).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock); a dropped wait also gives its place in the queue back.
+    pub fn semaphore(&self, name: impl AsRef<[u8]>, capacity: u32) -> LockBuilder<'_, B> {
+        let mut builder = self.lock_resource(ResourceDigest::of(name));
+        builder.capacity = Some(capacity);
+        builder
     }
 
     /// Hands a lease taken with the explicit API ([`acquire`](Self::acquire)) to the
