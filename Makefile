@@ -39,7 +39,8 @@ unit: redis valgrind examples
 ## feature), so that nothing is compiled again.
 TRANSPORT_SUITES := binary(network_faults) | binary(regressions) | binary(cancellation) | \
   binary(sentinel) | binary(fences_survive) | binary(failover_holders) | binary(batched) | \
-  binary(one_call) | binary(foreign_values) | binary(waiting) | binary(keepalive)
+  binary(one_call) | binary(foreign_values) | binary(waiting) | binary(keepalive) | \
+  binary(semaphore)
 transports: redis
 	@$(CARGO) nextest --version >/dev/null 2>&1 || { echo "transports needs cargo-nextest: cargo install --locked cargo-nextest"; exit 1; }
 	@echo "== the transport suites on redis-rs's connection (LEASEHOLD_TEST_TRANSPORT=redis-rs)"

@@ -223,9 +223,12 @@ end
 if heartbeat ~= '0' then
   redis.call('ZADD', KEYS[3], 'NX', now_text, token)
   redis.call('ZADD', KEYS[4], string.format('%.0f', now_us + tonumber(heartbeat) * 1000), token)
-  -- Every other place lapses sooner than this one: the queue lives as long as its latest.
-  redis.call('PEXPIRE', KEYS[3], heartbeat)
-  redis.call('PEXPIRE', KEYS[4], heartbeat)
+  -- The queue lives as long as its latest place: extended, never shortened (another
+  -- waiter's heartbeat may be longer than this one's).
+  if redis.call('PTTL', KEYS[3]) < tonumber(heartbeat) then
+    redis.call('PEXPIRE', KEYS[3], heartbeat)
+    redis.call('PEXPIRE', KEYS[4], heartbeat)
+  end
   local third = math.max(math.floor(tonumber(heartbeat) / 3), 1)
   if not retry_after or retry_after > third then
     retry_after = third

@@ -18,6 +18,7 @@ use leasehold::{
 use crate::fault::Fault;
 use crate::keyspace::key_of;
 use crate::script::{Applied, Exact, WireOp};
+use crate::semaphore::{PermitAcquire, PermitRelease, semaphore_of, slot_key};
 use crate::server::SimServer;
 use crate::state::Pending;
 use crate::units::millis;
@@ -212,13 +213,22 @@ fn exact(grant: &Grant) -> Exact {
 
 impl LeaseBackend for SimBackend {
     async fn acquire(&self, request: &LeaseRequest) -> AcquireReply {
-        let op = WireOp::Acquire {
-            key: key_of(request.purpose(), request.resource()),
-            token: request.attempt().owner_token().expose_secret().to_owned(),
-            operation: request.attempt().operation().as_str().to_owned(),
-            ttl_ms: millis(request.ttl()),
-            min_hold_ms: millis(request.min_hold().unwrap_or_default()),
-            holder_name: request.holder_name().cloned(),
+        let op = match request.capacity() {
+            Some(capacity) => WireOp::AcquirePermit(PermitAcquire {
+                base: semaphore_of(request.purpose(), request.resource()),
+                token: request.attempt().owner_token().expose_secret().to_owned(),
+                operation: request.attempt().operation().as_str().to_owned(),
+                ttl_ms: millis(request.ttl()),
+                min_hold_ms: millis(request.min_hold().unwrap_or_default()),
+                holder_name: request.holder_name().cloned(),
+                capacity,
+                heartbeat_ms: if request.wait_timeout().is_zero() {
+                    0
+                } else {
+                    millis(request.queue_heartbeat())
+                },
+            }),
+            None => self.lease_acquire(request),
         };
         match self.send(RequestKind::Acquire, op).await {
             Ok(Applied::Acquire(reply)) => reply,
@@ -229,7 +239,7 @@ impl LeaseBackend for SimBackend {
 
     async fn renew(&self, grant: &Grant) -> RenewReply {
         let op = WireOp::Renew {
-            key: key_of(grant.purpose(), grant.resource()),
+            key: grant_key(grant),
             exact: exact(grant),
             ttl_ms: millis(grant.ttl()),
             term: grant.term(),
@@ -242,9 +252,19 @@ impl LeaseBackend for SimBackend {
     }
 
     async fn release(&self, grant: &Grant) -> ReleaseReply {
-        let op = WireOp::Release {
-            key: key_of(grant.purpose(), grant.resource()),
-            exact: exact(grant),
+        let op = match grant.slot() {
+            Some(slot) => WireOp::ReleasePermit(PermitRelease {
+                base: semaphore_of(grant.purpose(), grant.resource()),
+                slot: Some(slot),
+                fence: Some(grant.fence().get()),
+                token: grant.attempt().owner_token().expose_secret().to_owned(),
+                operation: grant.attempt().operation().as_str().to_owned(),
+                capacity: 0,
+            }),
+            None => WireOp::Release {
+                key: key_of(grant.purpose(), grant.resource()),
+                exact: exact(grant),
+            },
         };
         match self.send(RequestKind::Release, op).await {
             Ok(Applied::Release(reply)) => reply,
@@ -254,19 +274,22 @@ impl LeaseBackend for SimBackend {
     }
 
     async fn release_attempt(&self, request: &LeaseRequest) -> ReleaseReply {
-        // One request, as `release.lua` with an empty fence: the default (inspect, then
-        // release by fence) could not release a grant its own attempt already turned into a
-        // record kept for its minimum hold, which the script answers `Released`.
-        let op = WireOp::ReleaseAttempt {
-            key: key_of(request.purpose(), request.resource()),
-            token: request.attempt().owner_token().expose_secret().to_owned(),
-            operation: request.attempt().operation().as_str().to_owned(),
-        };
-        match self.send(RequestKind::Release, op).await {
-            Ok(Applied::Release(reply)) => reply,
-            Ok(_) => ReleaseReply::Failed(self.timed_out()),
-            Err(failure) => ReleaseReply::Failed(failure),
+        if let Some(capacity) = request.capacity() {
+            let op = WireOp::ReleasePermit(PermitRelease {
+                base: semaphore_of(request.purpose(), request.resource()),
+                slot: None,
+                fence: None,
+                token: request.attempt().owner_token().expose_secret().to_owned(),
+                operation: request.attempt().operation().as_str().to_owned(),
+                capacity,
+            });
+            return match self.send(RequestKind::Release, op).await {
+                Ok(Applied::Release(reply)) => reply,
+                Ok(_) => ReleaseReply::Failed(self.timed_out()),
+                Err(failure) => ReleaseReply::Failed(failure),
+            };
         }
+        self.release_lease_attempt(request).await
     }
 
     async fn inspect(
@@ -290,5 +313,46 @@ impl LeaseBackend for SimBackend {
         // Notices travel on their own connection in Redis: this connection's faults leave
         // them alone.
         self.server.watch(key_of(purpose, resource))
+    }
+
+    fn watch_semaphore(&self, purpose: &Purpose, resource: &ResourceDigest) -> ReleaseWatch {
+        self.server.watch(semaphore_of(purpose, resource))
+    }
+}
+
+/// The key renew sends for `grant`: its slot's for a permit.
+fn grant_key(grant: &Grant) -> String {
+    match grant.slot() {
+        Some(slot) => slot_key(&semaphore_of(grant.purpose(), grant.resource()), slot),
+        None => key_of(grant.purpose(), grant.resource()),
+    }
+}
+
+impl SimBackend {
+    fn lease_acquire(&self, request: &LeaseRequest) -> WireOp {
+        WireOp::Acquire {
+            key: key_of(request.purpose(), request.resource()),
+            token: request.attempt().owner_token().expose_secret().to_owned(),
+            operation: request.attempt().operation().as_str().to_owned(),
+            ttl_ms: millis(request.ttl()),
+            min_hold_ms: millis(request.min_hold().unwrap_or_default()),
+            holder_name: request.holder_name().cloned(),
+        }
+    }
+
+    async fn release_lease_attempt(&self, request: &LeaseRequest) -> ReleaseReply {
+        // One request, as `release.lua` with an empty fence: the default (inspect, then
+        // release by fence) could not release a grant its own attempt already turned into a
+        // record kept for its minimum hold, which the script answers `Released`.
+        let op = WireOp::ReleaseAttempt {
+            key: key_of(request.purpose(), request.resource()),
+            token: request.attempt().owner_token().expose_secret().to_owned(),
+            operation: request.attempt().operation().as_str().to_owned(),
+        };
+        match self.send(RequestKind::Release, op).await {
+            Ok(Applied::Release(reply)) => reply,
+            Ok(_) => ReleaseReply::Failed(self.timed_out()),
+            Err(failure) => ReleaseReply::Failed(failure),
+        }
     }
 }

@@ -83,6 +83,9 @@ pub(crate) struct Keyspace {
     /// Values planted at lease keys or fence counters, by key: a key is in at most one of the
     /// three maps.
     pub(crate) foreign: BTreeMap<String, ForeignValue>,
+    /// Semaphores by their base key: capacity records and queues (their slots are lease
+    /// keys, their counters fence counters).
+    pub(crate) semaphores: BTreeMap<String, crate::semaphore::SemaphoreRecord>,
 }
 
 /// The lease key of a resource.

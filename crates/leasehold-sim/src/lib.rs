@@ -127,6 +127,7 @@ pub mod request_book;
 pub mod scenario;
 mod script;
 pub mod scripted;
+mod semaphore;
 pub mod server;
 pub mod signature;
 pub mod sim_world;

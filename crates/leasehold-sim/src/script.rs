@@ -28,6 +28,7 @@ use leasehold::{
 
 use crate::RequestKind;
 use crate::keyspace::{ForeignValue, Keyspace, RELEASED, Stored, fence_key};
+use crate::semaphore::{IDLE_EXPIRY_MS, PermitAcquire, PermitRelease};
 use crate::state::ServerState;
 use crate::units::{duration_ms, millis};
 
@@ -64,6 +65,10 @@ pub(crate) enum WireOp {
         token: String,
         operation: String,
     },
+    /// `semaphore_acquire.lua`.
+    AcquirePermit(PermitAcquire),
+    /// `semaphore_release.lua`.
+    ReleasePermit(PermitRelease),
 }
 
 /// The reply to a [`WireOp`], of the matching kind.
@@ -192,6 +197,8 @@ impl ServerState {
                 }
             },
             WireOp::Release { key, exact } => self.release(key, exact, now_us),
+            WireOp::AcquirePermit(permit) => self.acquire_permit(permit, now_us, IDLE_EXPIRY_MS),
+            WireOp::ReleasePermit(permit) => self.release_permit(permit, now_us),
             WireOp::ReleaseAttempt {
                 key,
                 token,
@@ -211,7 +218,7 @@ impl ServerState {
 
     /// Releases exactly `exact`: deletes it, or keeps it as a released record until its
     /// minimum hold ends.
-    fn release(&mut self, key: &str, exact: &Exact, now_us: i64) -> Applied {
+    pub(crate) fn release(&mut self, key: &str, exact: &Exact, now_us: i64) -> Applied {
         let now = now_us.div_euclid(1000);
         // A value leasehold did not write is certainly not this grant: left alone.
         if unusable_lease(&self.keyspace, key).is_some() {
@@ -292,11 +299,15 @@ pub(crate) fn unusable_lease(keyspace: &Keyspace, key: &str) -> Option<UnusableK
 /// can follow it, if anything: what `acquire.lua` refuses a free lease for, and `inspect.lua`
 /// reports for one.
 pub(crate) fn unusable_counter_of(keyspace: &Keyspace, key: &str) -> Option<UnusableKey> {
-    let counter_key = fence_key(key);
-    match keyspace.foreign.get(&counter_key) {
+    unusable_counter_at(keyspace, &fence_key(key))
+}
+
+/// Returns what is wrong with the fence counter at `counter_key`, if anything.
+pub(crate) fn unusable_counter_at(keyspace: &Keyspace, counter_key: &str) -> Option<UnusableKey> {
+    match keyspace.foreign.get(counter_key) {
         Some(ForeignValue::OtherType) => Some(UnusableKey::CounterWrongType),
         Some(ForeignValue::String) => Some(UnusableKey::CounterNotAFence),
-        None => unusable_counter(keyspace.fences.get(&counter_key).copied().unwrap_or(0)),
+        None => unusable_counter(keyspace.fences.get(counter_key).copied().unwrap_or(0)),
     }
 }
 

@@ -1,0 +1,323 @@
+//! Semaphores on the simulated server: `semaphore_acquire.lua` and `semaphore_release.lua`
+//! in Rust, reply for reply.
+//!
+//! A semaphore of capacity N is N slot keys, `<base>:slot:<k>`, each holding a grant exactly
+//! as a lease key does (so renewals of a permit are the lease renewal on its slot's key), a
+//! capacity record (capacity and width, with an idle expiry), the fence counter `<base>:fence`
+//! (fences grow across every slot) and a queue of waiters by arrival, each with the deadline
+//! its place lapses at. Waiters are admitted first come, first served: with f slots free, the
+//! first f places may take them.
+
+use leasehold::backend::{AcquireReply, GrantReply, ReleaseReply};
+use leasehold::{Contention, FenceToken, HolderName};
+
+use crate::keyspace::{Keyspace, Stored};
+use crate::script::{Applied, refused, unusable_lease};
+use crate::state::ServerState;
+use crate::units::duration_ms;
+
+/// The most lapsed places one acquire drops, as the script's `DROPPED_PER_CALL`.
+const DROPPED_PER_CALL: usize = 64;
+
+/// How long the capacity record and the counter live after their last use unless a test says
+/// otherwise: the Redis settings' default.
+pub(crate) const IDLE_EXPIRY_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+
+/// A semaphore's record on the server: its capacity, how many slots an acquire looks at,
+/// and its queue. No `Debug`: the queue holds owner tokens.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct SemaphoreRecord {
+    /// The capacity record, `None` once it expired (or before first use).
+    pub(crate) recorded: Option<Recorded>,
+    /// Waiters, in no particular order: the queue's order is (arrival, token), as a sorted
+    /// set's.
+    pub(crate) queue: Vec<Waiter>,
+}
+
+/// The capacity record.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Recorded {
+    pub(crate) capacity: u32,
+    pub(crate) width: u32,
+    pub(crate) expires_at_ms: i64,
+}
+
+/// One place in the queue.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Waiter {
+    pub(crate) token: String,
+    pub(crate) arrival_us: i64,
+    pub(crate) deadline_us: i64,
+}
+
+/// A permit request as the server receives it.
+#[derive(Clone)]
+pub(crate) struct PermitAcquire {
+    pub(crate) base: String,
+    pub(crate) token: String,
+    pub(crate) operation: String,
+    pub(crate) ttl_ms: i64,
+    pub(crate) min_hold_ms: i64,
+    pub(crate) holder_name: Option<HolderName>,
+    pub(crate) capacity: u32,
+    /// Zero for a try that takes no place in the queue.
+    pub(crate) heartbeat_ms: i64,
+}
+
+/// A permit release as the server receives it: of `slot`'s grant with `fence`, or (both
+/// `None`) of whatever slot the attempt holds, with its place in the queue.
+#[derive(Clone)]
+pub(crate) struct PermitRelease {
+    pub(crate) base: String,
+    pub(crate) slot: Option<u32>,
+    pub(crate) fence: Option<u64>,
+    pub(crate) token: String,
+    pub(crate) operation: String,
+    pub(crate) capacity: u32,
+}
+
+/// Slot `slot`'s key.
+pub(crate) fn slot_key(base: &str, slot: u32) -> String {
+    format!("{base}:slot:{slot}")
+}
+
+/// The fence counter of the semaphore at `base`.
+pub(crate) fn counter_key(base: &str) -> String {
+    format!("{base}:fence")
+}
+
+impl Keyspace {
+    /// Returns the semaphore at `base` as it stands at `now_us`: an expired capacity record
+    /// is gone, and so is a queue whose every place lapsed (its key's TTL is its latest
+    /// place's).
+    fn semaphore(&mut self, base: &str, now_us: i64) -> SemaphoreRecord {
+        let mut record = self
+            .semaphores
+            .get(base)
+            .cloned()
+            .unwrap_or(SemaphoreRecord {
+                recorded: None,
+                queue: Vec::new(),
+            });
+        let now_ms = now_us.div_euclid(1000);
+        if record.recorded.is_some_and(|r| now_ms > r.expires_at_ms) {
+            record.recorded = None;
+        }
+        if record
+            .queue
+            .iter()
+            .all(|w| w.deadline_us.div_euclid(1000) < now_ms)
+        {
+            record.queue.clear();
+        }
+        record
+    }
+}
+
+/// Sorts a queue into its sorted set's order: by arrival, then by token.
+fn in_order(queue: &mut [Waiter]) {
+    queue.sort_by(|a, b| (a.arrival_us, &a.token).cmp(&(b.arrival_us, &b.token)));
+}
+
+impl ServerState {
+    /// `semaphore_acquire.lua`.
+    pub(crate) fn acquire_permit(
+        &mut self,
+        op: &PermitAcquire,
+        now_us: i64,
+        idle_ms: i64,
+    ) -> Applied {
+        let now = now_us.div_euclid(1000);
+        let mut record = self.keyspace.semaphore(&op.base, now_us);
+        let reply = |r| Applied::Acquire(r);
+        if let Some(recorded) = record.recorded
+            && recorded.capacity != op.capacity
+        {
+            return reply(AcquireReply::CapacityMismatch {
+                recorded: recorded.capacity,
+            });
+        }
+        let width = record
+            .recorded
+            .map_or(op.capacity, |r| r.width.max(op.capacity));
+        let (mut held, mut free_slot, mut soonest, mut high_held) = (0u32, None, None, false);
+        for k in 0..width {
+            let key = slot_key(&op.base, k);
+            if let Some(what) = unusable_lease(&self.keyspace, &key) {
+                return reply(AcquireReply::Failed(refused(what)));
+            }
+            let Some(stored) = self.keyspace.live(&key, now) else {
+                if free_slot.is_none() && k < op.capacity {
+                    free_slot = Some(k);
+                }
+                continue;
+            };
+            let fence = FenceToken::new(stored.fence).unwrap_or(FenceToken::MIN);
+            let pttl = stored.expires_at_ms - now;
+            if stored.token == op.token && stored.operation == op.operation {
+                return reply(AcquireReply::Replayed(
+                    GrantReply::new(fence, duration_ms(pttl.max(0)))
+                        .with_term(self.term)
+                        .with_slot(k),
+                ));
+            }
+            if stored.token == op.token {
+                return reply(AcquireReply::OwnerOperationConflict(
+                    Contention::new(duration_ms(pttl.max(1)), stored.holder(), Some(fence))
+                        .with_holder_name(stored.holder_name.clone()),
+                ));
+            }
+            held += 1;
+            high_held |= k >= op.capacity;
+            if pttl > 0 {
+                soonest = Some(soonest.map_or(pttl, |s: i64| s.min(pttl)));
+            }
+        }
+        // Lapsed places first, the oldest deadlines first, at most DROPPED_PER_CALL.
+        let mut lapsed: Vec<usize> = (0..record.queue.len())
+            .filter(|&i| record.queue[i].deadline_us <= now_us)
+            .collect();
+        lapsed.sort_by_key(|&i| (record.queue[i].deadline_us, record.queue[i].token.clone()));
+        lapsed.truncate(DROPPED_PER_CALL);
+        lapsed.sort_unstable_by(|a, b| b.cmp(a));
+        for i in lapsed {
+            record.queue.swap_remove(i);
+        }
+        in_order(&mut record.queue);
+        let place = record.queue.iter().position(|w| w.token == op.token);
+        let ahead = place.unwrap_or(record.queue.len());
+        let free = op.capacity.saturating_sub(held) as usize;
+        if let Some(slot) = free_slot.filter(|_| free > ahead) {
+            let counter_key = counter_key(&op.base);
+            if let Some(what) = crate::script::unusable_counter_at(&self.keyspace, &counter_key) {
+                return reply(AcquireReply::Failed(refused(what)));
+            }
+            let counter = self.keyspace.fences.get(&counter_key).copied().unwrap_or(0);
+            let clock = u64::try_from(now_us)
+                .unwrap_or(0)
+                .min(FenceToken::MAX.get());
+            let fence = (counter + 1).max(clock);
+            let px = op.ttl_ms.max(op.min_hold_ms);
+            self.before_write();
+            self.keyspace.fences.insert(counter_key, fence);
+            self.keyspace.leases.insert(
+                slot_key(&op.base, slot),
+                Stored {
+                    fence,
+                    token: op.token.clone(),
+                    operation: op.operation.clone(),
+                    expires_at_ms: now + px,
+                    hold_until_us: (op.min_hold_ms > 0)
+                        .then(|| now_us.saturating_add(op.min_hold_ms.saturating_mul(1000))),
+                    holder_name: op.holder_name.clone(),
+                    marked: false,
+                },
+            );
+            if let Some(at) = place {
+                record.queue.remove(at);
+            }
+            record.recorded = Some(Recorded {
+                capacity: op.capacity,
+                width: if high_held { width } else { op.capacity },
+                expires_at_ms: now + idle_ms,
+            });
+            self.keyspace.semaphores.insert(op.base.clone(), record);
+            return reply(AcquireReply::Granted(
+                GrantReply::new(
+                    FenceToken::new(fence).unwrap_or(FenceToken::MIN),
+                    duration_ms(px),
+                )
+                .with_term(self.term)
+                .with_slot(slot),
+            ));
+        }
+        let mut retry_after = soonest;
+        if op.heartbeat_ms > 0 {
+            let deadline_us = now_us.saturating_add(op.heartbeat_ms.saturating_mul(1000));
+            match record.queue.iter_mut().find(|w| w.token == op.token) {
+                Some(waiter) => waiter.deadline_us = deadline_us,
+                None => record.queue.push(Waiter {
+                    token: op.token.clone(),
+                    arrival_us: now_us,
+                    deadline_us,
+                }),
+            }
+            let third = (op.heartbeat_ms / 3).max(1);
+            retry_after = Some(retry_after.map_or(third, |r| r.min(third)));
+        }
+        if record.recorded.is_none() {
+            record.recorded = Some(Recorded {
+                capacity: op.capacity,
+                width,
+                expires_at_ms: now + idle_ms,
+            });
+        }
+        if self.keyspace.semaphores.get(&op.base) != Some(&record) {
+            self.before_write();
+            self.keyspace.semaphores.insert(op.base.clone(), record);
+        }
+        reply(AcquireReply::Contended(Contention::new(
+            duration_ms(retry_after.unwrap_or(1)),
+            None,
+            None,
+        )))
+    }
+
+    /// `semaphore_release.lua`.
+    pub(crate) fn release_permit(&mut self, op: &PermitRelease, now_us: i64) -> Applied {
+        let now = now_us.div_euclid(1000);
+        let mut record = self.keyspace.semaphore(&op.base, now_us);
+        let cleanup = op.fence.is_none();
+        let slots: Vec<u32> = match op.slot {
+            Some(slot) => vec![slot],
+            None => {
+                let width = record.recorded.map_or(0, |r| r.width).max(op.capacity);
+                (0..width).collect()
+            }
+        };
+        if cleanup && record.queue.iter().any(|w| w.token == op.token) {
+            self.before_write();
+            record.queue.retain(|w| w.token != op.token);
+            self.keyspace
+                .semaphores
+                .insert(op.base.clone(), record.clone());
+        }
+        let mut reply = ReleaseReply::AlreadyGone;
+        for slot in slots {
+            let key = slot_key(&op.base, slot);
+            if unusable_lease(&self.keyspace, &key).is_some() {
+                if !cleanup {
+                    reply = ReleaseReply::NotOwner;
+                }
+                continue;
+            }
+            let Some(stored) = self.keyspace.live(&key, now) else {
+                continue;
+            };
+            let fence = op.fence.unwrap_or(stored.fence);
+            let exact = (fence, op.token.clone(), op.operation.clone());
+            match self.release(&key, &exact, now_us) {
+                Applied::Release(ReleaseReply::Released) => {
+                    // `release` announces only a marked grant, and no slot is ever marked: the
+                    // semaphore's release is announced while someone waits.
+                    let deleted = self.keyspace.live(&key, now).is_none();
+                    if deleted && !record.queue.is_empty() {
+                        self.announce(&op.base);
+                    }
+                    return Applied::Release(ReleaseReply::Released);
+                }
+                _ if !cleanup => reply = ReleaseReply::NotOwner,
+                _ => {}
+            }
+        }
+        Applied::Release(reply)
+    }
+}
+
+/// The base key of the semaphore on `resource` for `purpose`, apart from every lease key.
+pub(crate) fn semaphore_of(
+    purpose: &leasehold::Purpose,
+    resource: &leasehold::ResourceDigest,
+) -> String {
+    format!("sem:{purpose}:{{{resource}}}")
+}
