@@ -1,20 +1,26 @@
 #!lua flags=allow-oom
--- leasehold semaphore release, key layout v1: one permit, or whatever an attempt holds.
+-- leasehold semaphore release, key layout v1: one permit, or whatever an attempt holds; also
+-- either side of a read/write lease (rw_acquire.lua), whose slots are its readers' and whose
+-- writer's key is the slot "w".
 --
--- KEYS[1]  capacity key        as semaphore_acquire.lua
+-- KEYS[1]  capacity key        as semaphore_acquire.lua (absent for a read/write lease)
 -- KEYS[2]  queue key           as semaphore_acquire.lua
 -- KEYS[3]  heartbeat key       as semaphore_acquire.lua
 -- KEYS[4]  slot key prefix     as semaphore_acquire.lua
+-- KEYS[5]  writers key         rw_acquire.lua's waiting writers (absent for a semaphore)
 -- ARGV[1]  grant               "<fence>:<owner token>:<operation id>", or
 --                              ":<owner token>:<operation id>" for whatever slot and fence
 --                              this attempt holds (the cleanup after an acquire whose reply
 --                              was lost, or after a wait given up): then the attempt's place
 --                              in the queue is given back too
--- ARGV[2]  slot                the grant's slot; "" with a grant without a fence: every slot
---                              up to the width recorded (or ARGV[3]) is looked at
+-- ARGV[2]  slot                the grant's slot, "w" for a writer's; "" with a grant without
+--                              a fence: every slot up to the width recorded (or ARGV[3]) is
+--                              looked at, and the writer's too if ARGV[6] is "1"
 -- ARGV[3]  capacity            the capacity the grant was asked with
 -- ARGV[4]  channel             where releases are announced: the semaphore's ":released"
 -- ARGV[5]  sharded             "1" to announce with SPUBLISH (Cluster), "0" for PUBLISH
+-- ARGV[6]  writer              "1" for a read/write lease: a cleanup looks at the writer's
+--                              slot too
 --
 -- A slot's key is released exactly as release.lua releases a lease key: only the exact grant
 -- (the stored value up to its first newline), and a grant whose minimum hold has not ended
@@ -48,11 +54,15 @@ else
   for k = 0, width - 1 do
     keys[#keys + 1] = KEYS[4] .. k
   end
+  if ARGV[6] == '1' then
+    keys[#keys + 1] = KEYS[4] .. 'w'
+  end
 end
 if cleanup then
   -- The attempt waits no more.
   redis.pcall('ZREM', KEYS[2], token)
   redis.pcall('ZREM', KEYS[3], token)
+  redis.pcall('ZREM', KEYS[5], token)
 end
 
 local reply = 0

@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use leasehold::backend::{AcquireReply, Grant, ReleaseReply, RenewReply};
+use leasehold::backend::{AcquireReply, DowngradeReply, Grant, ReleaseReply, RenewReply};
 use leasehold::{
     Attempt, Failure, FenceToken, InspectOutcome, LeaseBackend, LeaseClient, LeaseRequest, Purpose,
     ResourceDigest, UnavailableCause,
@@ -22,8 +22,8 @@ use crate::link::{self, Link};
 use crate::renewals::{self, Renewals};
 use crate::scripts::{
     self, AcquireCall, AcquireEntry, AttemptArg, FencedWriteCall, GrantArg, InspectCall,
-    ReleaseCall, ReleaseEntry, RenewCall, RenewGrant, SemaphoreAcquireCall, SemaphoreReleaseCall,
-    WatchCall,
+    ReleaseCall, ReleaseEntry, RenewCall, RenewGrant, RwAcquireCall, RwDowngradeCall,
+    SemaphoreAcquireCall, SemaphoreReleaseCall, WatchCall,
 };
 use crate::settings::RedisSettings;
 use crate::settings::{not_replicated, replicated};
@@ -250,30 +250,61 @@ impl RedisBackend {
 }
 
 impl RedisBackend {
-    /// Runs `semaphore_acquire.lua` for one permit of the semaphore of `capacity`.
-    async fn acquire_permit(&self, request: &LeaseRequest, capacity: u32) -> AcquireReply {
-        let keys = self.keys.semaphore(request.purpose(), request.resource());
-        let gate = self.settings.replication();
-        let call = SemaphoreAcquireCall {
-            capacity_key: keys.capacity,
-            fence_counter_key: keys.fence_counter,
-            queue_key: keys.queue,
-            heartbeat_key: keys.heartbeats,
-            slot_key_prefix: keys.slot_prefix,
-            attempt: AttemptArg::of(request.attempt()),
-            ttl_in_milliseconds: request.ttl_millis(),
-            capacity: u64::from(capacity),
-            // A try that does not wait takes no place in the queue.
-            queue_heartbeat_in_milliseconds: if request.wait_timeout().is_zero() {
-                0
-            } else {
-                request.queue_heartbeat_millis()
-            },
-            idle_expiry_in_milliseconds: millis(std::time::Duration::from_secs(7 * 86_400)), // TODO(idle): settings
-            min_hold_in_milliseconds: request.min_hold_millis(),
-            holder_name: request.holder_name().map_or("", |name| name.as_str()),
+    /// Runs `semaphore_acquire.lua` for one permit of a semaphore, or `rw_acquire.lua` for
+    /// one side of a read/write lease.
+    async fn acquire_queued(&self, request: &LeaseRequest) -> AcquireReply {
+        // A try that does not wait takes no place in the queue.
+        let heartbeat = if request.wait_timeout().is_zero() {
+            0
+        } else {
+            request.queue_heartbeat_millis()
         };
-        match self.link.eval_in_term(&call, gate).await {
+        let idle = millis(std::time::Duration::from_secs(7 * 86_400)); // TODO(idle): settings
+        let holder_name = request.holder_name().map_or("", |name| name.as_str());
+        let attempt = AttemptArg::of(request.attempt());
+        let gate = self.settings.replication();
+        let replied = match (request.rw(), request.capacity()) {
+            (Some(mode), _) => {
+                let keys = self.keys.read_write(request.purpose(), request.resource());
+                let call = RwAcquireCall {
+                    writer_key: keys.writer(),
+                    fence_counter_key: keys.fence_counter,
+                    queue_key: keys.queue,
+                    heartbeat_key: keys.heartbeats,
+                    writers_key: keys.writers,
+                    slot_key_prefix: keys.slot_prefix,
+                    attempt,
+                    ttl_in_milliseconds: request.ttl_millis(),
+                    mode: match mode {
+                        leasehold::RwMode::Read => "read",
+                        _ => "write",
+                    },
+                    queue_heartbeat_in_milliseconds: heartbeat,
+                    idle_expiry_in_milliseconds: idle,
+                    holder_name,
+                };
+                self.link.eval_in_term(&call, gate).await
+            }
+            (None, capacity) => {
+                let keys = self.keys.semaphore(request.purpose(), request.resource());
+                let call = SemaphoreAcquireCall {
+                    capacity_key: keys.capacity,
+                    fence_counter_key: keys.fence_counter,
+                    queue_key: keys.queue,
+                    heartbeat_key: keys.heartbeats,
+                    slot_key_prefix: keys.slot_prefix,
+                    attempt,
+                    ttl_in_milliseconds: request.ttl_millis(),
+                    capacity: u64::from(capacity.unwrap_or(1)),
+                    queue_heartbeat_in_milliseconds: heartbeat,
+                    idle_expiry_in_milliseconds: idle,
+                    min_hold_in_milliseconds: request.min_hold_millis(),
+                    holder_name,
+                };
+                self.link.eval_in_term(&call, gate).await
+            }
+        };
+        match replied {
             Ok((value, confirmed, term)) => {
                 let granted_ttl = std::time::Duration::from_millis(
                     request.ttl_millis().max(request.min_hold_millis()),
@@ -307,26 +338,36 @@ impl RedisBackend {
         purpose: &Purpose,
         resource: &ResourceDigest,
         attempt: &Attempt,
-        grant: Option<(FenceToken, u32)>,
+        read_write: bool,
+        grant: Option<(FenceToken, String)>,
         capacity: u32,
     ) -> ReleaseReply {
-        let keys = self.keys.semaphore(purpose, resource);
-        let slot = grant.map(|(_, slot)| slot.to_string()).unwrap_or_default();
+        let keys = if read_write {
+            self.keys.read_write(purpose, resource)
+        } else {
+            self.keys.semaphore(purpose, resource)
+        };
+        let (fence, slot) = match grant {
+            Some((fence, slot)) => (Some(fence), slot),
+            None => (None, String::new()),
+        };
         let call = SemaphoreReleaseCall {
             capacity_key: keys.capacity,
             queue_key: keys.queue,
             heartbeat_key: keys.heartbeats,
             slot_key_prefix: keys.slot_prefix,
+            writers_key: keys.writers,
             grant: GrantArg {
-                fence: grant.map(|(fence, _)| fence),
+                fence,
                 attempt: AttemptArg::of(attempt),
             },
             slot: &slot,
             capacity: u64::from(capacity),
             channel: &keys.channel,
             sharded: self.sharded,
+            writer: read_write,
         };
-        let reply = match grant {
+        let reply = match fence {
             Some(_) => self.link.eval(&call, None).await,
             None => self
                 .link
@@ -349,8 +390,8 @@ fn millis(duration: std::time::Duration) -> u64 {
 
 impl LeaseBackend for RedisBackend {
     async fn acquire(&self, request: &LeaseRequest) -> AcquireReply {
-        if let Some(capacity) = request.capacity() {
-            return self.acquire_permit(request, capacity).await;
+        if request.is_queued() {
+            return self.acquire_queued(request).await;
         }
         let attempt = request.attempt();
         let lease_key = self.keys.lease_key(request.purpose(), request.resource());
@@ -406,12 +447,20 @@ impl LeaseBackend for RedisBackend {
 
     async fn renew(&self, grant: &Grant) -> RenewReply {
         // A permit is renewed as the lease on its slot's key is.
-        let lease_key = match grant.slot() {
-            Some(slot) => self
+        let lease_key = match (grant.rw(), grant.slot()) {
+            (Some(_), Some(slot)) => self
+                .keys
+                .read_write(grant.purpose(), grant.resource())
+                .slot(slot),
+            (Some(_), None) => self
+                .keys
+                .read_write(grant.purpose(), grant.resource())
+                .writer(),
+            (None, Some(slot)) => self
                 .keys
                 .semaphore(grant.purpose(), grant.resource())
                 .slot(slot),
-            None => self.keys.lease_key(grant.purpose(), grant.resource()),
+            (None, None) => self.keys.lease_key(grant.purpose(), grant.resource()),
         };
         let gate = self.settings.replication();
         if !self.sharded {
@@ -444,12 +493,17 @@ impl LeaseBackend for RedisBackend {
     }
 
     async fn release(&self, grant: &Grant) -> ReleaseReply {
-        if let Some(slot) = grant.slot() {
+        if grant.slot().is_some() || grant.rw().is_some() {
+            // A permit, a reader (its slot) or a writer (the slot "w").
+            let slot = grant
+                .slot()
+                .map_or_else(|| "w".to_owned(), |s| s.to_string());
             return self
                 .release_permit(
                     grant.purpose(),
                     grant.resource(),
                     grant.attempt(),
+                    grant.rw().is_some(),
                     Some((grant.fence(), slot)),
                     0,
                 )
@@ -465,14 +519,16 @@ impl LeaseBackend for RedisBackend {
     }
 
     async fn release_attempt(&self, request: &LeaseRequest) -> ReleaseReply {
-        if let Some(capacity) = request.capacity() {
+        if request.is_queued() {
+            let readers = leasehold::request::MAX_READERS;
             return self
                 .release_permit(
                     request.purpose(),
                     request.resource(),
                     request.attempt(),
+                    request.rw().is_some(),
                     None,
-                    capacity,
+                    request.capacity().unwrap_or(readers),
                 )
                 .await;
         }
@@ -496,13 +552,44 @@ impl LeaseBackend for RedisBackend {
             .watch(self.keys.release_channel(purpose, resource))
     }
 
-    fn watch_semaphore(
-        &self,
-        purpose: &Purpose,
-        resource: &ResourceDigest,
-    ) -> leasehold::backend::ReleaseWatch {
-        self.notices
-            .watch(self.keys.semaphore(purpose, resource).channel)
+    async fn downgrade(&self, grant: &Grant) -> DowngradeReply {
+        let keys = self.keys.read_write(grant.purpose(), grant.resource());
+        let call = RwDowngradeCall {
+            writer_key: keys.writer(),
+            fence_counter_key: keys.fence_counter,
+            queue_key: keys.queue,
+            slot_key_prefix: keys.slot_prefix,
+            grant: GrantArg {
+                fence: Some(grant.fence()),
+                attempt: AttemptArg::of(grant.attempt()),
+            },
+            ttl_in_milliseconds: grant.ttl_millis(),
+            idle_expiry_in_milliseconds: millis(std::time::Duration::from_secs(7 * 86_400)), // TODO(idle): settings
+            channel: &keys.channel,
+            sharded: self.sharded,
+        };
+        let gate = self.settings.replication();
+        match self.link.eval_in_term(&call, gate).await {
+            Ok((value, confirmed, term)) => match RwDowngradeCall::decode(&value, grant.ttl()) {
+                Ok(DowngradeReply::Downgraded(_)) if !replicated(gate, confirmed) => {
+                    DowngradeReply::Failed(not_replicated(gate, confirmed))
+                }
+                Ok(DowngradeReply::Downgraded(reader)) => {
+                    DowngradeReply::Downgraded(reader.with_term(term))
+                }
+                Ok(reply) => reply,
+                Err(e) => DowngradeReply::Failed(unreadable(e)),
+            },
+            Err(failure) => DowngradeReply::Failed(failure),
+        }
+    }
+
+    fn watch_queue(&self, request: &LeaseRequest) -> leasehold::backend::ReleaseWatch {
+        let keys = match request.rw() {
+            Some(_) => self.keys.read_write(request.purpose(), request.resource()),
+            None => self.keys.semaphore(request.purpose(), request.resource()),
+        };
+        self.notices.watch(keys.channel)
     }
 
     async fn inspect(

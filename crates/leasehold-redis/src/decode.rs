@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use leasehold::backend::{AcquireReply, GrantReply, ReleaseReply, RenewReply};
+use leasehold::backend::{AcquireReply, DowngradeReply, GrantReply, ReleaseReply, RenewReply};
 use leasehold::{
     Contention, Failure, FenceToken, HolderFingerprint, HolderName, Indeterminate,
     IndeterminateCause, InspectOutcome, LeaseView, LossCause, Unavailable, UnavailableCause,
@@ -134,24 +134,33 @@ pub(crate) fn semaphore_acquire(
 ) -> Result<AcquireReply, UnexpectedReply> {
     let bad = || unexpected_reply("semaphore_acquire", value);
     let items = items(value).ok_or_else(bad)?;
-    let slot = |at: usize| {
-        int(items.get(at))
+    // A slot of -1 is a read/write lease's writer's: no slot.
+    let slot = |at: usize| match int(items.get(at)) {
+        Some(-1) => Ok(None),
+        other => other
             .and_then(|slot| u32::try_from(slot).ok())
-            .ok_or_else(bad)
+            .map(Some)
+            .ok_or_else(bad),
+    };
+    let with_slot = |grant: GrantReply, slot: Option<u32>| match slot {
+        Some(slot) => grant.with_slot(slot),
+        None => grant,
     };
     match int(items.first()).ok_or_else(bad)? {
         1 => {
             let fence = fence(items.get(1)).ok_or_else(bad)?;
-            Ok(AcquireReply::Granted(
-                GrantReply::new(fence, granted_ttl).with_slot(slot(2)?),
-            ))
+            Ok(AcquireReply::Granted(with_slot(
+                GrantReply::new(fence, granted_ttl),
+                slot(2)?,
+            )))
         }
         2 => {
             let fence = fence(items.get(1)).ok_or_else(bad)?;
             let left = int(items.get(2)).and_then(pttl).unwrap_or(Duration::ZERO);
-            Ok(AcquireReply::Replayed(
-                GrantReply::new(fence, left).with_slot(slot(3)?),
-            ))
+            Ok(AcquireReply::Replayed(with_slot(
+                GrantReply::new(fence, left),
+                slot(3)?,
+            )))
         }
         3 => {
             let retry_after = int(items.get(2)).and_then(pttl).ok_or_else(bad)?;
@@ -179,6 +188,29 @@ pub(crate) fn semaphore_acquire(
             Ok(AcquireReply::CapacityMismatch { recorded })
         }
         -2 => unusable(items).map(AcquireReply::Failed).ok_or_else(bad),
+        _ => Err(bad()),
+    }
+}
+
+/// Decodes a `rw_downgrade.lua` reply; the reader's key has the TTL the script set.
+pub(crate) fn downgrade(
+    value: &Value,
+    granted_ttl: Duration,
+) -> Result<DowngradeReply, UnexpectedReply> {
+    let bad = || unexpected_reply("rw_downgrade", value);
+    let items = items(value).ok_or_else(bad)?;
+    match int(items.first()).ok_or_else(bad)? {
+        1 => {
+            let fence = fence(items.get(1)).ok_or_else(bad)?;
+            let slot = int(items.get(2))
+                .and_then(|slot| u32::try_from(slot).ok())
+                .ok_or_else(bad)?;
+            Ok(DowngradeReply::Downgraded(
+                GrantReply::new(fence, granted_ttl).with_slot(slot),
+            ))
+        }
+        0 => Ok(DowngradeReply::Lost(LossCause::Absent)),
+        -1 => Ok(DowngradeReply::Lost(LossCause::OtherHolder)),
         _ => Err(bad()),
     }
 }

@@ -18,6 +18,7 @@ pub(crate) const RELEASED_SUFFIX: &str = ":released";
 pub struct KeyLayout {
     prefix: String,
     semaphore_prefix: String,
+    rw_prefix: String,
 }
 
 /// The keys of one semaphore, all under its digest's hash tag (one Cluster slot).
@@ -35,12 +36,19 @@ pub struct SemaphoreKeys {
     pub slot_prefix: String,
     /// `<base>:released`: the channel releases are announced on while someone waits.
     pub channel: String,
+    /// `<base>:writers`: a read/write lease's waiting writers (no semaphore has one).
+    pub writers: String,
 }
 
 impl SemaphoreKeys {
     /// Returns slot `slot`'s key.
     pub fn slot(&self, slot: u32) -> String {
         format!("{}{slot}", self.slot_prefix)
+    }
+
+    /// Returns a read/write lease's writer key: the slot `w`.
+    pub fn writer(&self) -> String {
+        format!("{}w", self.slot_prefix)
     }
 
     /// Returns the key of the fenced record `name` of `slot`: each slot's record keeps the
@@ -56,19 +64,26 @@ impl KeyLayout {
         Self {
             prefix: format!("{}:lease:{}:", settings.namespace(), settings.key_version()),
             semaphore_prefix: format!("{}:sem:{}:", settings.namespace(), settings.key_version()),
+            rw_prefix: format!("{}:rw:{}:", settings.namespace(), settings.key_version()),
         }
+    }
+
+    /// Returns the keys of the read/write lease on `resource` for `purpose`:
+    /// `{namespace}:rw:{version}:{purpose}:{{digest}}` and a suffix each (readers are its
+    /// slots, the writer its slot `w`), apart from every lease and semaphore key.
+    pub fn read_write(&self, purpose: &Purpose, resource: &ResourceDigest) -> SemaphoreKeys {
+        Self::queued(&self.rw_prefix, purpose, resource)
     }
 
     /// Returns the keys of the semaphore on `resource` for `purpose`:
     /// `{namespace}:sem:{version}:{purpose}:{{digest}}` and a suffix each. A semaphore and
     /// a lease of one name never share a key.
     pub fn semaphore(&self, purpose: &Purpose, resource: &ResourceDigest) -> SemaphoreKeys {
-        let base = format!(
-            "{}{}:{{{}}}",
-            self.semaphore_prefix,
-            purpose.as_str(),
-            resource.as_str()
-        );
+        Self::queued(&self.semaphore_prefix, purpose, resource)
+    }
+
+    fn queued(prefix: &str, purpose: &Purpose, resource: &ResourceDigest) -> SemaphoreKeys {
+        let base = format!("{}{}:{{{}}}", prefix, purpose.as_str(), resource.as_str());
         SemaphoreKeys {
             capacity: joined(&base, ":capacity"),
             fence_counter: joined(&base, FENCE_SUFFIX),
@@ -76,12 +91,19 @@ impl KeyLayout {
             heartbeats: joined(&base, ":alive"),
             slot_prefix: joined(&base, ":slot:"),
             channel: joined(&base, RELEASED_SUFFIX),
+            writers: joined(&base, ":writers"),
         }
     }
 
     /// Returns the `SCAN MATCH` pattern of every key of every semaphore in this layout.
     pub fn semaphore_pattern(&self) -> String {
         format!("{}*", self.semaphore_prefix)
+    }
+
+    /// Returns the `SCAN MATCH` pattern of every key of every read/write lease in this
+    /// layout.
+    pub fn read_write_pattern(&self) -> String {
+        format!("{}*", self.rw_prefix)
     }
 
     /// Returns the lease key for `purpose` and `resource`.

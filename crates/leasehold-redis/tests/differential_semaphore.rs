@@ -1,7 +1,8 @@
-//! Differential test for semaphores: the simulated server and real redis-server (the real
-//! `semaphore_*.lua` scripts) give the same outcomes, slots and fence order, step by step, on
-//! random sequences of permit requests (try once, or take a place in the queue), replays,
-//! renewals, releases, cleanups of an attempt and requests with the wrong capacity, from
+//! Differential test for semaphores and read/write leases: the simulated server and real
+//! redis-server (the real `semaphore_*.lua` and `rw_*.lua` scripts) give the same outcomes,
+//! slots and fence order, step by step, on random sequences of permit requests and readers'
+//! and writers' requests (try once, or take a place in the queue), replays, renewals,
+//! releases, downgrades, cleanups of an attempt and requests with the wrong capacity, from
 //! several clients.
 //!
 //! Fences are compared by rank among the distinct fences of the run, as in `differential.rs`.
@@ -12,8 +13,8 @@
 use std::time::Duration;
 
 use leasehold_redis::leasehold::{
-    AcquireOutcome, LeaseBackend, LeaseClient, LeaseHandle, LeaseRequest, ManualClock, OperationId,
-    Purpose, ReleaseOutcome, RenewOutcome, ResourceDigest,
+    AcquireOutcome, DowngradeOutcome, LeaseBackend, LeaseClient, LeaseHandle, LeaseRequest,
+    ManualClock, OperationId, Purpose, ReleaseOutcome, RenewOutcome, ResourceDigest, RwMode,
 };
 use leasehold_redis::{RedisBackend, RedisSettings};
 use leasehold_sim::{SimBackend, SimServer};
@@ -38,13 +39,16 @@ impl Rng {
 
 #[derive(Debug, Clone, Copy)]
 enum Step {
-    /// A new attempt of client `client` asks for a permit; `queued`: it waits (takes a place);
-    /// `capacity` is CAPACITY or another.
+    /// A new attempt of client `client` asks for a permit of capacity `capacity` (CAPACITY or
+    /// another), or (`Some`) a side of the read/write lease; `queued`: it waits (takes a place).
     Acquire {
         client: usize,
         queued: bool,
         capacity: u32,
+        rw: Option<RwMode>,
     },
+    /// The `n`-th handle so far is downgraded (a writer's becomes a reader's).
+    Downgrade { n: usize },
     /// The `n`-th request made so far is sent again (a replay).
     Replay { n: usize },
     /// The `n`-th handle so far is renewed.
@@ -59,7 +63,7 @@ fn scenario(rng: &mut Rng) -> Vec<Step> {
     (0..STEPS)
         .map(|_| {
             let n = rng.below(8) as usize;
-            match rng.below(10) {
+            match rng.below(11) {
                 0..=3 => Step::Acquire {
                     client: rng.below(CLIENTS as u64) as usize,
                     queued: rng.below(2) == 0,
@@ -68,7 +72,13 @@ fn scenario(rng: &mut Rng) -> Vec<Step> {
                     } else {
                         CAPACITY
                     },
+                    rw: match rng.below(4) {
+                        0 => Some(RwMode::Read),
+                        1 => Some(RwMode::Write),
+                        _ => None,
+                    },
                 },
+                10 => Step::Downgrade { n },
                 4 => Step::Replay { n },
                 5 => Step::Renew { n },
                 6 | 7 => Step::Release { n },
@@ -129,18 +139,23 @@ impl<B: LeaseBackend> World<B> {
                 client,
                 queued,
                 capacity,
+                rw,
             } => {
                 let c = &self.clients[client];
                 let op = OperationId::new(format!("c{case}-s{index}")).unwrap();
-                let mut request = c
+                let request = c
                     .request(
                         Purpose::new("diff").unwrap(),
                         ResourceDigest::of("sem"),
                         c.new_attempt(op).unwrap(),
                         TTL,
                     )
-                    .unwrap()
-                    .with_capacity(capacity)
+                    .unwrap();
+                let request = match rw {
+                    Some(mode) => request.with_rw(mode),
+                    None => request.with_capacity(capacity),
+                };
+                let mut request = request
                     .unwrap()
                     .with_queue_heartbeat(Duration::from_secs(60))
                     .unwrap();
@@ -162,6 +177,19 @@ impl<B: LeaseBackend> World<B> {
             Step::Renew { n } => match self.handles.get(n) {
                 Some(h) => match h.renew().await {
                     RenewOutcome::Renewed { .. } => "renewed".to_owned(),
+                    other => format!("{other:?}"),
+                },
+                None => "-".to_owned(),
+            },
+            Step::Downgrade { n } => match self.handles.get(n) {
+                Some(h) => match h.downgrade_to_read().await {
+                    DowngradeOutcome::Downgraded(reader) => {
+                        let fence = reader.fence().get();
+                        self.note(fence);
+                        let said = format!("downgraded slot {:?} fence #{fence}", reader.slot());
+                        self.handles.push(reader);
+                        said
+                    }
                     other => format!("{other:?}"),
                 },
                 None => "-".to_owned(),

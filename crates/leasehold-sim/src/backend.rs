@@ -9,7 +9,9 @@ use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use leasehold::backend::{AcquireReply, Grant, ReleaseReply, ReleaseWatch, RenewReply};
+use leasehold::backend::{
+    AcquireReply, DowngradeReply, Grant, ReleaseReply, ReleaseWatch, RenewReply,
+};
 use leasehold::{
     Attempt, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseBackend,
     LeaseRequest, MonotonicInstant, Purpose, ResourceDigest,
@@ -18,7 +20,10 @@ use leasehold::{
 use crate::fault::Fault;
 use crate::keyspace::key_of;
 use crate::script::{Applied, Exact, WireOp};
-use crate::semaphore::{PermitAcquire, PermitRelease, semaphore_of, slot_key};
+use crate::semaphore::{
+    PermitAcquire, PermitRelease, RwAcquire, RwDowngrade, Target, queue_base, rw_of, semaphore_of,
+    slot_key, writer_key,
+};
 use crate::server::SimServer;
 use crate::state::Pending;
 use crate::units::millis;
@@ -213,8 +218,22 @@ fn exact(grant: &Grant) -> Exact {
 
 impl LeaseBackend for SimBackend {
     async fn acquire(&self, request: &LeaseRequest) -> AcquireReply {
-        let op = match request.capacity() {
-            Some(capacity) => WireOp::AcquirePermit(PermitAcquire {
+        let heartbeat_ms = if request.wait_timeout().is_zero() {
+            0
+        } else {
+            millis(request.queue_heartbeat())
+        };
+        let op = match (request.rw(), request.capacity()) {
+            (Some(mode), _) => WireOp::AcquireRw(RwAcquire {
+                base: rw_of(request.purpose(), request.resource()),
+                token: request.attempt().owner_token().expose_secret().to_owned(),
+                operation: request.attempt().operation().as_str().to_owned(),
+                ttl_ms: millis(request.ttl()),
+                holder_name: request.holder_name().cloned(),
+                write: mode == leasehold::RwMode::Write,
+                heartbeat_ms,
+            }),
+            (None, Some(capacity)) => WireOp::AcquirePermit(PermitAcquire {
                 base: semaphore_of(request.purpose(), request.resource()),
                 token: request.attempt().owner_token().expose_secret().to_owned(),
                 operation: request.attempt().operation().as_str().to_owned(),
@@ -222,13 +241,9 @@ impl LeaseBackend for SimBackend {
                 min_hold_ms: millis(request.min_hold().unwrap_or_default()),
                 holder_name: request.holder_name().cloned(),
                 capacity,
-                heartbeat_ms: if request.wait_timeout().is_zero() {
-                    0
-                } else {
-                    millis(request.queue_heartbeat())
-                },
+                heartbeat_ms,
             }),
-            None => self.lease_acquire(request),
+            (None, None) => self.lease_acquire(request),
         };
         match self.send(RequestKind::Acquire, op).await {
             Ok(Applied::Acquire(reply)) => reply,
@@ -252,19 +267,30 @@ impl LeaseBackend for SimBackend {
     }
 
     async fn release(&self, grant: &Grant) -> ReleaseReply {
-        let op = match grant.slot() {
-            Some(slot) => WireOp::ReleasePermit(PermitRelease {
-                base: semaphore_of(grant.purpose(), grant.resource()),
-                slot: Some(slot),
+        let (base, target) = match (grant.rw(), grant.slot()) {
+            (Some(_), Some(slot)) => (rw_of(grant.purpose(), grant.resource()), Target::Slot(slot)),
+            (Some(_), None) => (rw_of(grant.purpose(), grant.resource()), Target::Writer),
+            (None, slot) => (
+                semaphore_of(grant.purpose(), grant.resource()),
+                match slot {
+                    Some(slot) => Target::Slot(slot),
+                    None => Target::Writer,
+                },
+            ),
+        };
+        let op = match (grant.rw(), grant.slot()) {
+            (None, None) => WireOp::Release {
+                key: key_of(grant.purpose(), grant.resource()),
+                exact: exact(grant),
+            },
+            _ => WireOp::ReleasePermit(PermitRelease {
+                base,
+                target,
                 fence: Some(grant.fence().get()),
                 token: grant.attempt().owner_token().expose_secret().to_owned(),
                 operation: grant.attempt().operation().as_str().to_owned(),
                 capacity: 0,
             }),
-            None => WireOp::Release {
-                key: key_of(grant.purpose(), grant.resource()),
-                exact: exact(grant),
-            },
         };
         match self.send(RequestKind::Release, op).await {
             Ok(Applied::Release(reply)) => reply,
@@ -274,10 +300,15 @@ impl LeaseBackend for SimBackend {
     }
 
     async fn release_attempt(&self, request: &LeaseRequest) -> ReleaseReply {
-        if let Some(capacity) = request.capacity() {
+        if request.is_queued() {
+            let capacity = request
+                .capacity()
+                .unwrap_or(leasehold::request::MAX_READERS);
             let op = WireOp::ReleasePermit(PermitRelease {
-                base: semaphore_of(request.purpose(), request.resource()),
-                slot: None,
+                base: queue_base(request),
+                target: Target::Any {
+                    read_write: request.rw().is_some(),
+                },
                 fence: None,
                 token: request.attempt().owner_token().expose_secret().to_owned(),
                 operation: request.attempt().operation().as_str().to_owned(),
@@ -315,16 +346,32 @@ impl LeaseBackend for SimBackend {
         self.server.watch(key_of(purpose, resource))
     }
 
-    fn watch_semaphore(&self, purpose: &Purpose, resource: &ResourceDigest) -> ReleaseWatch {
-        self.server.watch(semaphore_of(purpose, resource))
+    async fn downgrade(&self, grant: &Grant) -> DowngradeReply {
+        let op = WireOp::Downgrade(RwDowngrade {
+            base: rw_of(grant.purpose(), grant.resource()),
+            exact: exact(grant),
+            ttl_ms: millis(grant.ttl()),
+        });
+        match self.send(RequestKind::Release, op).await {
+            Ok(Applied::Downgrade(reply)) => reply,
+            Ok(_) => DowngradeReply::Failed(self.timed_out()),
+            Err(failure) => DowngradeReply::Failed(failure),
+        }
+    }
+
+    fn watch_queue(&self, request: &LeaseRequest) -> ReleaseWatch {
+        self.server.watch(queue_base(request))
     }
 }
 
-/// The key renew sends for `grant`: its slot's for a permit.
+/// The key renew sends for `grant`: its slot's for a permit or a reader, the writer's for a
+/// writer.
 fn grant_key(grant: &Grant) -> String {
-    match grant.slot() {
-        Some(slot) => slot_key(&semaphore_of(grant.purpose(), grant.resource()), slot),
-        None => key_of(grant.purpose(), grant.resource()),
+    match (grant.rw(), grant.slot()) {
+        (Some(_), Some(slot)) => slot_key(&rw_of(grant.purpose(), grant.resource()), slot),
+        (Some(_), None) => writer_key(&rw_of(grant.purpose(), grant.resource())),
+        (None, Some(slot)) => slot_key(&semaphore_of(grant.purpose(), grant.resource()), slot),
+        (None, None) => key_of(grant.purpose(), grant.resource()),
     }
 }
 

@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use leasehold::backend::{AcquireReply, GrantReply, ReleaseReply, RenewReply};
+use leasehold::backend::{AcquireReply, DowngradeReply, GrantReply, ReleaseReply, RenewReply};
 use leasehold::{
     Contention, Failure, FenceToken, HolderFingerprint, HolderName, LossCause, MAX_TTL,
     Unavailable, UnavailableCause, UnusableKey,
@@ -28,7 +28,7 @@ use leasehold::{
 
 use crate::RequestKind;
 use crate::keyspace::{ForeignValue, Keyspace, RELEASED, Stored, fence_key};
-use crate::semaphore::{IDLE_EXPIRY_MS, PermitAcquire, PermitRelease};
+use crate::semaphore::{IDLE_EXPIRY_MS, PermitAcquire, PermitRelease, RwAcquire, RwDowngrade};
 use crate::state::ServerState;
 use crate::units::{duration_ms, millis};
 
@@ -69,6 +69,10 @@ pub(crate) enum WireOp {
     AcquirePermit(PermitAcquire),
     /// `semaphore_release.lua`.
     ReleasePermit(PermitRelease),
+    /// `rw_acquire.lua`.
+    AcquireRw(RwAcquire),
+    /// `rw_downgrade.lua`.
+    Downgrade(RwDowngrade),
 }
 
 /// The reply to a [`WireOp`], of the matching kind.
@@ -76,6 +80,7 @@ pub(crate) enum Applied {
     Acquire(AcquireReply),
     Renew(RenewReply),
     Release(ReleaseReply),
+    Downgrade(DowngradeReply),
 }
 
 impl ServerState {
@@ -199,6 +204,8 @@ impl ServerState {
             WireOp::Release { key, exact } => self.release(key, exact, now_us),
             WireOp::AcquirePermit(permit) => self.acquire_permit(permit, now_us, IDLE_EXPIRY_MS),
             WireOp::ReleasePermit(permit) => self.release_permit(permit, now_us),
+            WireOp::AcquireRw(rw) => self.acquire_rw(rw, now_us, IDLE_EXPIRY_MS),
+            WireOp::Downgrade(rw) => self.downgrade_rw(rw, now_us),
             WireOp::ReleaseAttempt {
                 key,
                 token,

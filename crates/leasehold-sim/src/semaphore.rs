@@ -8,11 +8,11 @@
 //! its place lapses at. Waiters are admitted first come, first served: with f slots free, the
 //! first f places may take them.
 
-use leasehold::backend::{AcquireReply, GrantReply, ReleaseReply};
-use leasehold::{Contention, FenceToken, HolderName};
+use leasehold::backend::{AcquireReply, DowngradeReply, GrantReply, ReleaseReply};
+use leasehold::{Contention, FenceToken, HolderName, LossCause};
 
 use crate::keyspace::{Keyspace, Stored};
-use crate::script::{Applied, refused, unusable_lease};
+use crate::script::{Applied, Exact, refused, unusable_lease};
 use crate::state::ServerState;
 use crate::units::duration_ms;
 
@@ -48,6 +48,8 @@ pub(crate) struct Waiter {
     pub(crate) token: String,
     pub(crate) arrival_us: i64,
     pub(crate) deadline_us: i64,
+    /// A read/write lease's writer (in `rw_acquire.lua`'s writers set too).
+    pub(crate) writer: bool,
 }
 
 /// A permit request as the server receives it.
@@ -64,16 +66,53 @@ pub(crate) struct PermitAcquire {
     pub(crate) heartbeat_ms: i64,
 }
 
-/// A permit release as the server receives it: of `slot`'s grant with `fence`, or (both
-/// `None`) of whatever slot the attempt holds, with its place in the queue.
+/// A read/write acquire as the server receives it.
+#[derive(Clone)]
+pub(crate) struct RwAcquire {
+    pub(crate) base: String,
+    pub(crate) token: String,
+    pub(crate) operation: String,
+    pub(crate) ttl_ms: i64,
+    pub(crate) holder_name: Option<HolderName>,
+    pub(crate) write: bool,
+    /// Zero for a try that takes no place in the queue.
+    pub(crate) heartbeat_ms: i64,
+}
+
+/// A downgrade as the server receives it: of the writer's grant `exact`.
+#[derive(Clone)]
+pub(crate) struct RwDowngrade {
+    pub(crate) base: String,
+    pub(crate) exact: Exact,
+    pub(crate) ttl_ms: i64,
+}
+
+/// Which key a release is for.
+#[derive(Clone, Copy)]
+pub(crate) enum Target {
+    /// A permit's or a reader's slot.
+    Slot(u32),
+    /// A read/write lease's writer.
+    Writer,
+    /// Whatever the attempt holds (a cleanup); `read_write` looks at the writer's key too.
+    Any { read_write: bool },
+}
+
+/// A permit release as the server receives it: of `target`'s grant with `fence`, or (a
+/// fence of `None`, target `Any`) of whatever the attempt holds, with its place in the queue.
 #[derive(Clone)]
 pub(crate) struct PermitRelease {
     pub(crate) base: String,
-    pub(crate) slot: Option<u32>,
+    pub(crate) target: Target,
     pub(crate) fence: Option<u64>,
     pub(crate) token: String,
     pub(crate) operation: String,
     pub(crate) capacity: u32,
+}
+
+/// The writer's key of the read/write lease at `base`: its slot `w`.
+pub(crate) fn writer_key(base: &str) -> String {
+    format!("{base}:slot:w")
 }
 
 /// Slot `slot`'s key.
@@ -240,6 +279,7 @@ impl ServerState {
                     token: op.token.clone(),
                     arrival_us: now_us,
                     deadline_us,
+                    writer: false,
                 }),
             }
             let third = (op.heartbeat_ms / 3).max(1);
@@ -268,11 +308,16 @@ impl ServerState {
         let now = now_us.div_euclid(1000);
         let mut record = self.keyspace.semaphore(&op.base, now_us);
         let cleanup = op.fence.is_none();
-        let slots: Vec<u32> = match op.slot {
-            Some(slot) => vec![slot],
-            None => {
+        let keys: Vec<String> = match op.target {
+            Target::Slot(slot) => vec![slot_key(&op.base, slot)],
+            Target::Writer => vec![writer_key(&op.base)],
+            Target::Any { read_write } => {
                 let width = record.recorded.map_or(0, |r| r.width).max(op.capacity);
-                (0..width).collect()
+                let mut keys: Vec<String> = (0..width).map(|k| slot_key(&op.base, k)).collect();
+                if read_write {
+                    keys.push(writer_key(&op.base));
+                }
+                keys
             }
         };
         if cleanup && record.queue.iter().any(|w| w.token == op.token) {
@@ -283,8 +328,7 @@ impl ServerState {
                 .insert(op.base.clone(), record.clone());
         }
         let mut reply = ReleaseReply::AlreadyGone;
-        for slot in slots {
-            let key = slot_key(&op.base, slot);
+        for key in keys {
             if unusable_lease(&self.keyspace, &key).is_some() {
                 if !cleanup {
                     reply = ReleaseReply::NotOwner;
@@ -320,4 +364,206 @@ pub(crate) fn semaphore_of(
     resource: &leasehold::ResourceDigest,
 ) -> String {
     format!("sem:{purpose}:{{{resource}}}")
+}
+
+/// The base key of the read/write lease on `resource` for `purpose`, apart from every lease
+/// and semaphore key.
+pub(crate) fn rw_of(purpose: &leasehold::Purpose, resource: &leasehold::ResourceDigest) -> String {
+    format!("rw:{purpose}:{{{resource}}}")
+}
+
+/// The base key of the queue a queued `request` waits in: its semaphore's or its read/write
+/// lease's.
+pub(crate) fn queue_base(request: &leasehold::LeaseRequest) -> String {
+    match request.rw() {
+        Some(_) => rw_of(request.purpose(), request.resource()),
+        None => semaphore_of(request.purpose(), request.resource()),
+    }
+}
+
+/// How many reader slots a read/write lease has, as `rw_acquire.lua`'s `READERS`.
+const READERS: u32 = leasehold::request::MAX_READERS;
+
+impl ServerState {
+    /// `rw_acquire.lua`.
+    pub(crate) fn acquire_rw(&mut self, op: &RwAcquire, now_us: i64, idle_ms: i64) -> Applied {
+        let now = now_us.div_euclid(1000);
+        let mut record = self.keyspace.semaphore(&op.base, now_us);
+        let reply = |r| Applied::Acquire(r);
+        let (mut writer_held, mut readers, mut free_slot, mut soonest) = (false, 0u32, None, None);
+        let keys = std::iter::once((None, writer_key(&op.base)))
+            .chain((0..READERS).map(|k| (Some(k), slot_key(&op.base, k))));
+        for (slot, key) in keys {
+            if let Some(what) = unusable_lease(&self.keyspace, &key) {
+                return reply(AcquireReply::Failed(refused(what)));
+            }
+            let Some(stored) = self.keyspace.live(&key, now) else {
+                if slot.is_some() && free_slot.is_none() {
+                    free_slot = slot;
+                }
+                continue;
+            };
+            let fence = FenceToken::new(stored.fence).unwrap_or(FenceToken::MIN);
+            let pttl = stored.expires_at_ms - now;
+            if stored.token == op.token && stored.operation == op.operation {
+                let grant = GrantReply::new(fence, duration_ms(pttl.max(0))).with_term(self.term);
+                return reply(AcquireReply::Replayed(match slot {
+                    Some(k) => grant.with_slot(k),
+                    None => grant,
+                }));
+            }
+            if stored.token == op.token {
+                return reply(AcquireReply::OwnerOperationConflict(
+                    Contention::new(duration_ms(pttl.max(1)), stored.holder(), Some(fence))
+                        .with_holder_name(stored.holder_name.clone()),
+                ));
+            }
+            match slot {
+                None => writer_held = true,
+                Some(_) => readers += 1,
+            }
+            if pttl > 0 {
+                soonest = Some(soonest.map_or(pttl, |s: i64| s.min(pttl)));
+            }
+        }
+        record.queue.retain(|w| w.deadline_us > now_us);
+        in_order(&mut record.queue);
+        let writers: Vec<&Waiter> = record.queue.iter().filter(|w| w.writer).collect();
+        let ahead = if op.write {
+            writers
+                .iter()
+                .position(|w| w.token == op.token)
+                .unwrap_or(writers.len())
+        } else {
+            writers.len()
+        };
+        let admitted = if op.write {
+            !writer_held && readers == 0 && ahead == 0
+        } else {
+            !writer_held && writers.is_empty() && free_slot.is_some()
+        };
+        if admitted {
+            let counter_key = counter_key(&op.base);
+            if let Some(what) = crate::script::unusable_counter_at(&self.keyspace, &counter_key) {
+                let reader_at_top =
+                    !op.write && what == leasehold::UnusableKey::FenceRangeExhausted;
+                if !reader_at_top {
+                    return reply(AcquireReply::Failed(refused(what)));
+                }
+            }
+            let counter = self.keyspace.fences.get(&counter_key).copied().unwrap_or(0);
+            let clock = u64::try_from(now_us)
+                .unwrap_or(0)
+                .min(FenceToken::MAX.get());
+            let (fence, key, slot) = if op.write {
+                ((counter + 1).max(clock), writer_key(&op.base), None)
+            } else {
+                let slot = free_slot.unwrap_or(0);
+                (
+                    if counter == 0 { clock.max(1) } else { counter },
+                    slot_key(&op.base, slot),
+                    Some(slot),
+                )
+            };
+            self.before_write();
+            self.keyspace.fences.insert(counter_key, fence);
+            self.keyspace.leases.insert(
+                key,
+                Stored {
+                    fence,
+                    token: op.token.clone(),
+                    operation: op.operation.clone(),
+                    expires_at_ms: now + op.ttl_ms,
+                    hold_until_us: None,
+                    holder_name: op.holder_name.clone(),
+                    marked: false,
+                },
+            );
+            record.queue.retain(|w| w.token != op.token);
+            self.keyspace.semaphores.insert(op.base.clone(), record);
+            let _ = idle_ms;
+            let grant = GrantReply::new(
+                FenceToken::new(fence).unwrap_or(FenceToken::MIN),
+                duration_ms(op.ttl_ms),
+            )
+            .with_term(self.term);
+            return reply(AcquireReply::Granted(match slot {
+                Some(k) => grant.with_slot(k),
+                None => grant,
+            }));
+        }
+        let mut retry_after = soonest;
+        if op.heartbeat_ms > 0 {
+            let deadline_us = now_us.saturating_add(op.heartbeat_ms.saturating_mul(1000));
+            match record.queue.iter_mut().find(|w| w.token == op.token) {
+                Some(waiter) => {
+                    waiter.deadline_us = deadline_us;
+                    waiter.writer |= op.write;
+                }
+                None => record.queue.push(Waiter {
+                    token: op.token.clone(),
+                    arrival_us: now_us,
+                    deadline_us,
+                    writer: op.write,
+                }),
+            }
+            let third = (op.heartbeat_ms / 3).max(1);
+            retry_after = Some(retry_after.map_or(third, |r| r.min(third)));
+        }
+        if self.keyspace.semaphores.get(&op.base) != Some(&record) {
+            self.before_write();
+            self.keyspace.semaphores.insert(op.base.clone(), record);
+        }
+        reply(AcquireReply::Contended(Contention::new(
+            duration_ms(retry_after.unwrap_or(1)),
+            None,
+            None,
+        )))
+    }
+
+    /// `rw_downgrade.lua`.
+    pub(crate) fn downgrade_rw(&mut self, op: &RwDowngrade, now_us: i64) -> Applied {
+        let now = now_us.div_euclid(1000);
+        let key = writer_key(&op.base);
+        if unusable_lease(&self.keyspace, &key).is_some() {
+            return Applied::Downgrade(DowngradeReply::Lost(LossCause::OtherHolder));
+        }
+        let Some(stored) = self.keyspace.live(&key, now) else {
+            return Applied::Downgrade(DowngradeReply::Lost(LossCause::Absent));
+        };
+        if (stored.fence, &stored.token, &stored.operation)
+            != (op.exact.0, &op.exact.1, &op.exact.2)
+        {
+            return Applied::Downgrade(DowngradeReply::Lost(LossCause::OtherHolder));
+        }
+        let Some(slot) = (0..READERS).find(|&k| {
+            let key = slot_key(&op.base, k);
+            unusable_lease(&self.keyspace, &key).is_none()
+                && self.keyspace.live(&key, now).is_none()
+        }) else {
+            return Applied::Downgrade(DowngradeReply::Lost(LossCause::OtherHolder));
+        };
+        self.before_write();
+        self.keyspace.leases.remove(&key);
+        self.keyspace.leases.insert(
+            slot_key(&op.base, slot),
+            Stored {
+                expires_at_ms: now + op.ttl_ms,
+                marked: false,
+                ..stored.clone()
+            },
+        );
+        let record = self.keyspace.semaphore(&op.base, now_us);
+        if !record.queue.is_empty() {
+            self.announce(&op.base);
+        }
+        Applied::Downgrade(DowngradeReply::Downgraded(
+            GrantReply::new(
+                FenceToken::new(stored.fence).unwrap_or(FenceToken::MIN),
+                duration_ms(op.ttl_ms),
+            )
+            .with_term(self.term)
+            .with_slot(slot),
+        ))
+    }
 }

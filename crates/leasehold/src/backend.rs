@@ -14,7 +14,7 @@ use crate::id::{Attempt, Purpose, ResourceDigest};
 use crate::outcome::{
     Contention, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LossCause,
 };
-use crate::request::LeaseRequest;
+use crate::request::{LeaseRequest, RwMode};
 
 /// One grant, as the handle knows it: what to send to renew or release exactly this grant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +26,7 @@ pub struct Grant {
     ttl: Duration,
     term: u64,
     slot: Option<u32>,
+    rw: Option<RwMode>,
 }
 
 impl Grant {
@@ -38,7 +39,15 @@ impl Grant {
             ttl: request.ttl(),
             term: reply.term,
             slot: reply.slot,
+            rw: request.rw(),
         }
+    }
+
+    /// Returns the side of a read/write lease this grant holds, `None` for a lease or a
+    /// permit. A reader's grant has its reader slot ([`slot`](Self::slot)); the writer's has
+    /// none.
+    pub fn rw(&self) -> Option<RwMode> {
+        self.rw
     }
 
     /// Returns the semaphore slot this grant is a permit for, `None` for a lease. A permit
@@ -165,6 +174,20 @@ pub enum RenewReply {
     Failed(Failure),
 }
 
+/// A backend's answer to a downgrade of a writer's grant to a reader's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DowngradeReply {
+    /// The writer's grant was exactly the one held: it is now a reader's, in the reader
+    /// slot of the reply, with the writer's fence, in one step (no other writer could come
+    /// in between).
+    Downgraded(GrantReply),
+    /// The writer's grant is no longer held.
+    Lost(LossCause),
+    /// No definite answer.
+    Failed(Failure),
+}
+
 /// A backend's answer to a release.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -248,8 +271,15 @@ impl ReleaseWatch {
 ///   takes a place in the semaphore's queue, and only the first f places may take f free
 ///   slots. A place lapses one [`LeaseRequest::queue_heartbeat`] after its last try;
 ///   `release_attempt` gives it back (and the slot the attempt holds, if any);
-/// - [`watch_semaphore`](Self::watch_semaphore) fires when a permit is released while someone
+/// - [`watch_queue`](Self::watch_queue) fires when a permit is released while someone
 ///   waits.
+///
+/// A request with a side of a read/write lease ([`LeaseRequest::with_rw`]) is queued the
+/// same way, kept apart from the lease and the semaphore of its name: one writer, whose grant
+/// has a new fence, or up to [`MAX_READERS`](crate::request::MAX_READERS) readers, each in
+/// a reader slot with the last writer's fence; writers are preferred (a waiting writer lets
+/// no new reader in). [`downgrade`](Self::downgrade) turns the writer's grant into a
+/// reader's in one step.
 pub trait LeaseBackend: Send + Sync + 'static {
     /// Tries once to acquire the lease described by `request`.
     ///
@@ -317,6 +347,24 @@ pub trait LeaseBackend: Send + Sync + 'static {
         }
     }
 
+    /// Turns exactly `grant`, the writer's side of a read/write lease, into a reader's with
+    /// the same fence and attempt, atomically: readers waiting may come in at once, another
+    /// writer never in between. The default answers that it is not supported, having sent
+    /// nothing.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Self::acquire`]: a dropped downgrade may have been applied.
+    fn downgrade(&self, grant: &Grant) -> impl Future<Output = DowngradeReply> + Send {
+        let _ = grant;
+        std::future::ready(DowngradeReply::Failed(Failure::Unavailable(
+            crate::outcome::Unavailable::new(
+                crate::outcome::UnavailableCause::Unsupported,
+                "this backend has no read/write leases",
+            ),
+        )))
+    }
+
     /// Reads who holds the lease on `resource` for `purpose`; with an attempt, whether that
     /// attempt holds it. Never changes anything.
     ///
@@ -356,10 +404,11 @@ pub trait LeaseBackend: Send + Sync + 'static {
         ReleaseWatch::none()
     }
 
-    /// Subscribes to release notices for the semaphore on `resource`: a release of any of
-    /// its permits while someone waits in its queue. The default has none.
-    fn watch_semaphore(&self, purpose: &Purpose, resource: &ResourceDigest) -> ReleaseWatch {
-        let _ = (purpose, resource);
+    /// Subscribes to the notices a queued `request` waits for ([`LeaseRequest::is_queued`]):
+    /// a release of any permit of its semaphore, or of either side of its read/write lease,
+    /// while someone waits in the queue. The default has none.
+    fn watch_queue(&self, request: &LeaseRequest) -> ReleaseWatch {
+        let _ = request;
         ReleaseWatch::none()
     }
 }

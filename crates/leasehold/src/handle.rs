@@ -52,12 +52,14 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::backend::{Grant, GrantReply, LeaseBackend, ReleaseReply, RenewReply};
+use crate::backend::{DowngradeReply, Grant, GrantReply, LeaseBackend, ReleaseReply, RenewReply};
 use crate::clock::{Clock, MonotonicInstant};
 use crate::fence::{FenceToken, Guarantee};
 use crate::id::{Attempt, Purpose, ResourceDigest};
-use crate::outcome::{Failure, ReleaseOutcome, RenewOutcome};
-use crate::request::LeaseRequest;
+use crate::outcome::{
+    Failure, Indeterminate, LossCause, ReleaseOutcome, RenewOutcome, Unavailable,
+};
+use crate::request::{LeaseRequest, RwMode};
 pub use crate::state::LeaseState;
 use crate::telemetry::{self, Short, lease_span};
 
@@ -78,6 +80,8 @@ pub(crate) struct Shared<B: LeaseBackend> {
     clock: Arc<dyn Clock>,
     grant: Grant,
     drift: Duration,
+    /// The request's drift budget, for the reader's request a downgrade makes.
+    drift_budget: crate::request::DriftBudget,
     /// When the grant's acquire was sent: where its hold time starts.
     granted_at: MonotonicInstant,
     /// How long the grant's acquire took from send to answer (a watchdog's first estimate of
@@ -267,6 +271,7 @@ impl<B: LeaseBackend> LeaseHandle<B> {
                 clock,
                 grant,
                 drift,
+                drift_budget: request.drift_budget(),
                 granted_at: sent_at,
                 granted_in: now.saturating_duration_since(sent_at),
                 core: Mutex::new(core),
@@ -533,6 +538,129 @@ impl<B: LeaseBackend> LeaseHandle<B> {
             "release"
         );
         outcome
+    }
+}
+
+impl<B: LeaseBackend> LeaseHandle<B> {
+    /// Turns this writer's grant of a read/write lease into a reader's, in one step on the
+    /// server: no other writer can come in between, and the reader's fence is this writer's.
+    /// Returns the reader's handle; this one ends `Released` (its grant is gone).
+    ///
+    /// Sent only from `Active`, `Expired` or `Unknown` and before any release, like a release
+    /// (renewals of this handle stop for good once it is sent). An outcome other than
+    /// `Downgraded` leaves no reader's handle: after `Indeterminate` the writer's grant may be
+    /// either side now, and the caller should release the attempt
+    /// ([`LeaseClient::release_attempt`](crate::LeaseClient::release_attempt) with
+    /// [`reader_request`](Self::reader_request)); after `Unavailable` or `Overloaded` nothing
+    /// was applied and the writer's grant is held, unrenewed.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`release`](Self::release): a downgrade cut short may have been applied.
+    pub async fn downgrade_to_read(&self) -> DowngradeOutcome<B> {
+        if self.shared.grant.rw() != Some(RwMode::Write) {
+            return DowngradeOutcome::NotAWriter;
+        }
+        let Ok(reader) = self.reader_request() else {
+            return DowngradeOutcome::NotAWriter;
+        };
+        let sent_at = self.shared.clock.now();
+        {
+            let mut core = self.shared.lock();
+            core.observe(sent_at);
+            if core.state.is_terminal() || core.release_started {
+                return DowngradeOutcome::Refused { state: core.state };
+            }
+            core.release_started = true;
+        }
+        // As a release: the last command this handle sends.
+        let _exclusive = self.shared.sends.write().await;
+        let reply = self.shared.backend.downgrade(&self.shared.grant).await;
+        let now = self.shared.clock.now();
+        let mut core = self.shared.lock();
+        core.observe(now);
+        match reply {
+            DowngradeReply::Downgraded(granted) => {
+                core.enter(LeaseState::Released);
+                drop(core);
+                DowngradeOutcome::Downgraded(LeaseHandle::new(
+                    Arc::clone(&self.shared.backend),
+                    Arc::clone(&self.shared.clock),
+                    &reader,
+                    granted,
+                    sent_at,
+                ))
+            }
+            DowngradeReply::Lost(cause) => {
+                core.enter(LeaseState::Lost);
+                DowngradeOutcome::Lost(cause)
+            }
+            DowngradeReply::Failed(Failure::Indeterminate(why)) => {
+                core.enter(LeaseState::Unknown);
+                core.valid_until = core.valid_until.min(sent_at);
+                DowngradeOutcome::Indeterminate(why)
+            }
+            DowngradeReply::Failed(Failure::Unavailable(why)) => DowngradeOutcome::Unavailable(why),
+            DowngradeReply::Failed(Failure::Overloaded) => DowngradeOutcome::Overloaded,
+        }
+    }
+
+    /// Returns the request of the reader this writer's grant becomes on
+    /// [`downgrade_to_read`](Self::downgrade_to_read): the same attempt, TTL and drift
+    /// budget, for the read side.
+    ///
+    /// # Errors
+    ///
+    /// As [`LeaseRequest::new`], which the grant's own request already passed.
+    pub fn reader_request(&self) -> Result<LeaseRequest, crate::Error> {
+        let grant = &self.shared.grant;
+        let request = LeaseRequest::new(
+            grant.purpose().clone(),
+            grant.resource().clone(),
+            grant.attempt().clone(),
+            grant.ttl(),
+            self.shared.drift_budget,
+        )?;
+        request.with_rw(RwMode::Read)
+    }
+}
+
+/// What [`LeaseHandle::downgrade_to_read`] did.
+#[non_exhaustive]
+#[must_use = "a downgrade may hold a reader's lease that must be released, or be indeterminate"]
+pub enum DowngradeOutcome<B: LeaseBackend> {
+    /// The writer's grant is a reader's now: its handle, with the writer's fence.
+    Downgraded(LeaseHandle<B>),
+    /// The handle is not a writer's of a read/write lease; nothing was sent.
+    NotAWriter,
+    /// The handle is terminal or being released; nothing was sent.
+    Refused {
+        /// Its state.
+        state: LeaseState,
+    },
+    /// The writer's grant was no longer held.
+    Lost(LossCause),
+    /// Sent, outcome unknown: the grant may be the writer's or a reader's now.
+    Indeterminate(Indeterminate),
+    /// Not applied: the writer's grant is still held (and no longer renewed).
+    Unavailable(Unavailable),
+    /// Refused locally; nothing was sent.
+    Overloaded,
+}
+
+impl<B: LeaseBackend> fmt::Debug for DowngradeOutcome<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DowngradeOutcome::Downgraded(h) => f.debug_tuple("Downgraded").field(h).finish(),
+            DowngradeOutcome::NotAWriter => f.write_str("NotAWriter"),
+            DowngradeOutcome::Refused { state } => {
+                f.debug_struct("Refused").field("state", state).finish()
+            }
+            DowngradeOutcome::Lost(c) => f.debug_tuple("Lost").field(c).finish(),
+            DowngradeOutcome::Indeterminate(i) => f.debug_tuple("Indeterminate").field(i).finish(),
+            DowngradeOutcome::Unavailable(u) => f.debug_tuple("Unavailable").field(u).finish(),
+            DowngradeOutcome::Overloaded => f.write_str("Overloaded"),
+        }
     }
 }
 

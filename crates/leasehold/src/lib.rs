@@ -159,17 +159,19 @@ pub use clock::{BootClock, Clock, ManualClock, MonotonicInstant, TokioClock};
 pub use election::{Candidate, Election, Leader, LeaderWatch, Leadership, ObserveError};
 pub use error::{Error, ErrorKind};
 pub use fence::{FenceGate, FenceToken, Guarantee, StaleFence};
-pub use handle::LeaseHandle;
+pub use handle::{DowngradeOutcome, LeaseHandle};
 pub use id::{
     Attempt, HolderFingerprint, HolderName, OperationId, OwnerToken, Purpose, ResourceDigest,
 };
 pub use keepalive::{
     KeepAliveSettings, KeptLease, LossReason, LossSignal, NotKept, Scoped, Uncovered, Watchdog,
 };
-pub use lock::{HeldLease, LeaseGuard, LockBuilder, LockError, RunError};
+pub use lock::{
+    DowngradeError, HeldLease, LeaseGuard, LockBuilder, LockError, RunError, UpgradeRefused,
+};
 pub use outcome::{
     Contention, Failure, Indeterminate, IndeterminateCause, InspectOutcome, LeaseView, LossCause,
     ReleaseOutcome, RenewOutcome, Unavailable, UnavailableCause, UnusableKey,
 };
-pub use request::{DriftBudget, LeaseRequest, MAX_TTL, MAX_WAIT, MIN_TTL};
+pub use request::{DriftBudget, LeaseRequest, MAX_TTL, MAX_WAIT, MIN_TTL, RwMode};
 pub use state::LeaseState;

@@ -54,6 +54,9 @@ pub enum UnavailableCause {
     /// A key the lease needs holds something the scripts cannot use, so they wrote nothing:
     /// trying again does not help until an operator removes or repairs the key.
     UnusableKey(UnusableKey),
+    /// The backend does not implement the operation (a read/write downgrade on one without
+    /// read/write leases); nothing was sent.
+    Unsupported,
 }
 
 /// What is wrong with a key a lease needs. The scripts check before they write, so nothing

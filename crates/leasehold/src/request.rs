@@ -23,10 +23,23 @@ pub const MAX_CAPACITY: u32 = 1024;
 /// [`LeaseRequest::with_queue_heartbeat`] says otherwise: a waiter that dies stops blocking
 /// the queue at most this long after its last try.
 pub const DEFAULT_QUEUE_HEARTBEAT: Duration = Duration::from_secs(3);
+/// How many readers a read/write lease lets in at once: each holds one of this many reader
+/// slots, and an acquire looks at every one.
+pub const MAX_READERS: u32 = 64;
 /// The shortest queue heartbeat a request may ask for.
 pub const MIN_QUEUE_HEARTBEAT: Duration = Duration::from_millis(100);
 /// The longest queue heartbeat a request may ask for.
 pub const MAX_QUEUE_HEARTBEAT: Duration = Duration::from_secs(60);
+
+/// Which side of a read/write lease a request asks for ([`LeaseRequest::with_rw`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RwMode {
+    /// One of many readers: held while no writer holds the lease or waits for it.
+    Read,
+    /// The one writer: held while nobody else holds the lease.
+    Write,
+}
 
 /// How much a handle takes off every granted validity to allow for clock drift between this
 /// process and the server: `fixed + rate × TTL`.
@@ -135,6 +148,8 @@ pub struct LeaseRequest {
     /// For a permit of a semaphore: its capacity. `None` for a lease.
     capacity: Option<u32>,
     queue_heartbeat: Duration,
+    /// For a side of a read/write lease: which.
+    rw: Option<RwMode>,
 }
 
 impl LeaseRequest {
@@ -163,6 +178,7 @@ impl LeaseRequest {
             holder_name: None,
             capacity: None,
             queue_heartbeat: DEFAULT_QUEUE_HEARTBEAT,
+            rw: None,
         })
     }
 
@@ -191,6 +207,12 @@ impl LeaseRequest {
     /// [`ErrorKind::InvalidMinHold`] if `hold` has a sub-millisecond part or is above
     /// [`MAX_TTL`].
     pub fn with_min_hold(mut self, hold: Duration) -> Result<Self, Error> {
+        if self.rw.is_some() && !hold.is_zero() {
+            return Err(Error::new(
+                ErrorKind::InvalidMinHold,
+                "a read/write lease takes no minimum hold",
+            ));
+        }
         if hold > MAX_TTL {
             return Err(Error::new(
                 ErrorKind::InvalidMinHold,
@@ -225,6 +247,9 @@ impl LeaseRequest {
     ///
     /// [`ErrorKind::InvalidCapacity`] if `capacity` is 0 or above [`MAX_CAPACITY`].
     pub fn with_capacity(mut self, capacity: u32) -> Result<Self, Error> {
+        if self.rw.is_some() {
+            return Err(one_kind());
+        }
         if capacity == 0 || capacity > MAX_CAPACITY {
             return Err(Error::new(
                 ErrorKind::InvalidCapacity,
@@ -258,6 +283,45 @@ impl LeaseRequest {
         }
         self.queue_heartbeat = heartbeat;
         Ok(self)
+    }
+
+    /// Returns this request made a request for one side of the read/write lease on the
+    /// resource: many readers ([`RwMode::Read`], at most [`MAX_READERS`]) or one writer
+    /// ([`RwMode::Write`]), kept apart from the lease and the semaphore of the same name.
+    /// Writers are preferred: while a writer waits, no new reader is let in. The writer's
+    /// grant has a new fence; a reader's fence is the fence of the last writer before it, so
+    /// that a target can refuse a reader whose view a newer writer replaced. Waiting works as
+    /// for a semaphore's permit (a place in a queue, kept by the heartbeat).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidSetting`] if the request is already a permit of a semaphore;
+    /// [`ErrorKind::InvalidMinHold`] if it has a minimum hold, which read/write leases do not
+    /// take.
+    pub fn with_rw(mut self, mode: RwMode) -> Result<Self, Error> {
+        if self.capacity.is_some() {
+            return Err(one_kind());
+        }
+        if !self.min_hold.is_zero() {
+            return Err(Error::new(
+                ErrorKind::InvalidMinHold,
+                "a read/write lease takes no minimum hold",
+            ));
+        }
+        self.rw = Some(mode);
+        Ok(self)
+    }
+
+    /// Returns the side of a read/write lease this request asks for, `None` for a lease or
+    /// a permit.
+    pub fn rw(&self) -> Option<RwMode> {
+        self.rw
+    }
+
+    /// Returns true if and only if the request waits in a server-side queue when refused:
+    /// a permit's or a read/write lease's, not a lease's.
+    pub fn is_queued(&self) -> bool {
+        self.capacity.is_some() || self.rw.is_some()
     }
 
     /// Returns the semaphore's capacity for a permit request, `None` for a lease.
@@ -340,6 +404,14 @@ impl LeaseRequest {
     pub fn drift(&self) -> Duration {
         self.drift.for_ttl(self.ttl)
     }
+}
+
+/// A request is a lease, a semaphore's permit or a side of a read/write lease: one of them.
+fn one_kind() -> Error {
+    Error::new(
+        ErrorKind::InvalidSetting,
+        "a request is for a lease, a semaphore's permit or a side of a read/write lease, not two",
+    )
 }
 
 fn validate_ttl(ttl: Duration, drift: DriftBudget) -> Result<(), Error> {

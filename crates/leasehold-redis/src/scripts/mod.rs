@@ -293,12 +293,14 @@ pub(crate) use fenced_write::FencedWriteCall;
 pub(crate) use inspect::InspectCall;
 pub(crate) use release::ReleaseCall;
 pub(crate) use renew::{RenewCall, RenewGrant};
-pub(crate) use semaphore::{SemaphoreAcquireCall, SemaphoreReleaseCall};
+pub(crate) use semaphore::{
+    RwAcquireCall, RwDowngradeCall, SemaphoreAcquireCall, SemaphoreReleaseCall,
+};
 pub(crate) use watch::WatchCall;
 
 /// Every script, for warm-up: the four lease scripts, an observer's watch, the fenced write,
 /// then an operator's break.
-pub(crate) fn all() -> [&'static LeaseScript; 9] {
+pub(crate) fn all() -> [&'static LeaseScript; 11] {
     [
         AcquireCall::script(),
         RenewCall::script(),
@@ -309,6 +311,8 @@ pub(crate) fn all() -> [&'static LeaseScript; 9] {
         BreakCall::script(),
         SemaphoreAcquireCall::script(),
         SemaphoreReleaseCall::script(),
+        RwAcquireCall::script(),
+        RwDowngradeCall::script(),
     ]
 }
 
@@ -444,6 +448,8 @@ mod tests {
         check::<BreakCall>();
         check::<SemaphoreAcquireCall<'_>>();
         check::<SemaphoreReleaseCall<'_>>();
+        check::<RwAcquireCall<'_>>();
+        check::<RwDowngradeCall<'_>>();
     }
 
     /// The check tells a header that drifted from its call: swapped, missing, unnamed or

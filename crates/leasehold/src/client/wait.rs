@@ -251,7 +251,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
         // queue on the server, which serves them in arrival order across processes, several
         // at once when several slots are free, and drops a place not refreshed within the
         // heartbeat.
-        let permit = request.capacity().is_some();
+        let permit = request.is_queued();
         let queue = if permit {
             Arc::default()
         } else {
@@ -273,8 +273,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
             armed: false,
         };
         let watch = if permit {
-            self.backend()
-                .watch_semaphore(request.purpose(), request.resource())
+            self.backend().watch_queue(request)
         } else {
             self.backend().watch(request.purpose(), request.resource())
         };

@@ -126,6 +126,32 @@ impl<B: LeaseBackend> KeptLease<B> {
         self.release_returning_handle().await.0
     }
 
+    /// Stops renewing and downgrades the writer's grant to a reader's
+    /// ([`LeaseHandle::downgrade_to_read`]); the reader's handle, if any, is in the outcome,
+    /// to be kept anew. The signal fires [`LossReason::Released`] if the downgrade was
+    /// applied, and as after a release otherwise.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`release`](Self::release).
+    pub async fn downgrade(self) -> (crate::handle::DowngradeOutcome<B>, LeaseHandle<B>) {
+        use crate::handle::DowngradeOutcome;
+        let KeptLease {
+            handle,
+            mut registration,
+        } = self;
+        registration.stop();
+        let outcome = handle.downgrade_to_read().await;
+        let reason = match &outcome {
+            DowngradeOutcome::Downgraded(_) => LossReason::Released,
+            DowngradeOutcome::Lost(_) => LossReason::LostToAnother,
+            _ => LossReason::Unreachable,
+        };
+        registration.signal.fire(reason);
+        drop(registration);
+        (outcome, handle)
+    }
+
     /// As [`release`](Self::release), and gives the handle back: after `Unavailable` or
     /// `Overloaded` (not applied) the lease is still held, and
     /// [`LeaseHandle::release`] can be called again. Renewals stay stopped (the handle

@@ -120,3 +120,146 @@ impl<B: LeaseBackend> Drop for LeaseGuard<B> {
         });
     }
 }
+
+/// Why [`LeaseGuard::downgrade`] gave no reader's guard.
+#[non_exhaustive]
+pub enum DowngradeError<B: LeaseBackend> {
+    /// The guard is not the writer's of a read/write lease: it is given back, and nothing
+    /// was sent.
+    NotAWriter(Box<LeaseGuard<B>>),
+    /// The writer's grant was gone before the downgrade: nothing is held.
+    Lost(crate::outcome::LossCause),
+    /// Not known whether the downgrade was applied; whatever the attempt holds is being
+    /// released in the background.
+    Indeterminate(crate::outcome::Indeterminate),
+    /// The downgrade was not applied (the server could not be reached, or the in-flight
+    /// limit), and the writer's lease was released: this is how that release went.
+    NotApplied {
+        /// The release's outcome.
+        release: ReleaseOutcome,
+    },
+    /// The watchdog could not keep the reader's lease, which was then released.
+    Refused(crate::lock::LockError),
+}
+
+impl<B: LeaseBackend> fmt::Debug for DowngradeError<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DowngradeError::NotAWriter(g) => f.debug_tuple("NotAWriter").field(g).finish(),
+            DowngradeError::Lost(c) => f.debug_tuple("Lost").field(c).finish(),
+            DowngradeError::Indeterminate(i) => f.debug_tuple("Indeterminate").field(i).finish(),
+            DowngradeError::NotApplied { release } => f
+                .debug_struct("NotApplied")
+                .field("release", release)
+                .finish(),
+            DowngradeError::Refused(e) => f.debug_tuple("Refused").field(e).finish(),
+        }
+    }
+}
+
+impl<B: LeaseBackend> fmt::Display for DowngradeError<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DowngradeError::NotAWriter(_) => {
+                f.write_str("not downgraded: the guard is not a read/write lease's writer")
+            }
+            DowngradeError::Lost(c) => write!(f, "not downgraded: the writer's lease was {c}"),
+            DowngradeError::Indeterminate(i) => write!(f, "not known whether downgraded: {i}"),
+            DowngradeError::NotApplied { release } => {
+                write!(
+                    f,
+                    "not downgraded; the writer's lease was released: {release}"
+                )
+            }
+            DowngradeError::Refused(e) => write!(f, "downgraded, but not kept: {e}"),
+        }
+    }
+}
+
+impl<B: LeaseBackend> std::error::Error for DowngradeError<B> {}
+
+/// What [`LeaseGuard::upgrade`] answers: a reader never becomes the writer in place. Two
+/// readers that both tried would each wait for the other to leave: release the read lease
+/// and take the write lease, then read again under it.
+pub struct UpgradeRefused<B: LeaseBackend>(pub Box<LeaseGuard<B>>);
+
+impl<B: LeaseBackend> fmt::Debug for UpgradeRefused<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("UpgradeRefused").field(&self.0).finish()
+    }
+}
+
+impl<B: LeaseBackend> fmt::Display for UpgradeRefused<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "a read lease is never upgraded in place (two upgraders would wait for each other \
+             forever): release it, then take the write lease",
+        )
+    }
+}
+
+impl<B: LeaseBackend> std::error::Error for UpgradeRefused<B> {}
+
+impl<B: LeaseBackend> LeaseGuard<B> {
+    /// Turns the writer's side of a read/write lease into a reader's without a gap: no other
+    /// writer can come in between, readers waiting come in at once, and the reader's fence is
+    /// this writer's (so the reader is known to see what it wrote). Renewals of the writer's
+    /// lease stop; the reader's guard is kept alive instead, and this guard's signal fires
+    /// [`LossReason::Released`].
+    ///
+    /// # Errors
+    ///
+    /// A [`DowngradeError`] that says what is held: nothing, except for `NotAWriter`, which
+    /// gives the guard back untouched.
+    ///
+    /// # Cancel safety
+    ///
+    /// A downgrade cut short may have been applied; the lease is then left to its TTL.
+    pub async fn downgrade(mut self) -> Result<LeaseGuard<B>, DowngradeError<B>> {
+        use crate::handle::DowngradeOutcome;
+        if self.handle().grant().rw() != Some(crate::request::RwMode::Write) {
+            return Err(DowngradeError::NotAWriter(Box::new(self)));
+        }
+        let Some(kept) = self.kept.take() else {
+            unreachable!("a guard's lease is taken only by `release` or `downgrade`")
+        };
+        let reader = kept.handle().reader_request();
+        let (outcome, writer) = kept.downgrade().await;
+        match outcome {
+            DowngradeOutcome::Downgraded(handle) => self
+                .client
+                .guard(handle)
+                .await
+                .map_err(DowngradeError::Refused),
+            DowngradeOutcome::Lost(cause) => Err(DowngradeError::Lost(cause)),
+            DowngradeOutcome::Indeterminate(why) => {
+                if let Ok(reader) = reader {
+                    // Either side may be this attempt's now: whichever it is goes.
+                    self.client.abandon_in_background(reader);
+                }
+                Err(DowngradeError::Indeterminate(why))
+            }
+            DowngradeOutcome::NotAWriter | DowngradeOutcome::Refused { .. } => {
+                Err(DowngradeError::NotApplied {
+                    release: writer.release().await,
+                })
+            }
+            DowngradeOutcome::Unavailable(_) | DowngradeOutcome::Overloaded => {
+                // Not applied: the writer's grant is held, unrenewed. Released, as the only
+                // way to leave nothing behind.
+                let release = writer.release().await;
+                Err(DowngradeError::NotApplied { release })
+            }
+        }
+    }
+
+    /// Refuses, always: a read lease is never upgraded to the write lease in place (see
+    /// [`UpgradeRefused`]). The guard is given back in the error, untouched.
+    ///
+    /// # Errors
+    ///
+    /// Always [`UpgradeRefused`].
+    pub fn upgrade(self) -> Result<LeaseGuard<B>, UpgradeRefused<B>> {
+        Err(UpgradeRefused(Box::new(self)))
+    }
+}

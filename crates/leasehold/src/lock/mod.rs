@@ -60,12 +60,45 @@
 //! # Ok(()) }
 //! ```
 
+//!
+//! # Semaphores
+//!
+//! [`LeaseClient::semaphore`] takes one *permit* of a counting semaphore: at most N holders
+//! at once. Each permit is a lease on one of the semaphore's N *slots*, so it has everything
+//! a lease has — a fence, keep-alive by the watchdog, a loss signal that fires before the
+//! slot can be granted to anyone else, a typed release, replay of a lost reply — and a
+//! [`slot`](LeaseGuard::slot):
+//!
+//! - **Fenced per slot.** N holders write at once, so "refuse a lower fence" must be kept per
+//!   slot: a target stores the highest fence per slot (`UPDATE … WHERE id = $id AND slot =
+//!   $slot AND fence <= $fence`). Fences still grow across the whole semaphore, so one
+//!   counter serves every slot.
+//! - **Fair.** A permit request that waits takes a place in the semaphore's queue on the
+//!   server; with f slots free, only the first f places may take them, so no waiter is ever
+//!   overtaken by one that began waiting later — in any process. A place lapses one *queue
+//!   heartbeat* (default 3 s, [`LockBuilder::queue_heartbeat`]) after its last try, so a
+//!   waiter that dies never stalls the queue for longer; a release hands the slot on through
+//!   a release notice while someone waits.
+//! - **Capacity recorded.** The first request records the capacity; one asking for another
+//!   gets [`LockError::CapacityMismatch`] and writes nothing.
+//! - **Nothing leaks.** Every key expires after its last permit and waiter.
+//!
+//! # Read/write leases
+//!
+//! [`LeaseClient::read_lock`] and [`LeaseClient::write_lock`] take one side of a read/write
+//! lease: many readers or one writer. Writers are preferred — a waiting writer stops new
+//! readers, so a stream of readers cannot starve it. The writer's grant has a new fence; a
+//! reader's fence is the last writer's, so a target that keeps each write's fence refuses a
+//! reader whose view a newer writer replaced. [`LeaseGuard::downgrade`] turns the writer
+//! into a reader without a gap; [`LeaseGuard::upgrade`] is refused, typed (two upgraders
+//! would wait for each other forever).
+
 mod error;
 mod guard;
 mod held;
 
 pub use error::{LockError, RunError};
-pub use guard::LeaseGuard;
+pub use guard::{DowngradeError, LeaseGuard, UpgradeRefused};
 pub use held::HeldLease;
 
 use std::fmt;
@@ -81,7 +114,7 @@ use crate::error::Error;
 use crate::handle::LeaseHandle;
 use crate::id::{Attempt, HolderName, OperationId, Purpose, ResourceDigest};
 use crate::outcome::ReleaseOutcome;
-use crate::request::LeaseRequest;
+use crate::request::{LeaseRequest, RwMode};
 use crate::retry::Backoff;
 
 /// The TTL of a lease taken with [`LeaseClient::lock`] unless [`LockBuilder::ttl`] says
@@ -110,6 +143,8 @@ pub struct LockBuilder<'a, B: LeaseBackend> {
     /// For a semaphore's permit: its capacity.
     capacity: Option<u32>,
     queue_heartbeat: Option<Duration>,
+    /// For a side of a read/write lease: which.
+    rw: Option<RwMode>,
 }
 
 impl<B: LeaseBackend> fmt::Debug for LockBuilder<'_, B> {
@@ -124,6 +159,7 @@ impl<B: LeaseBackend> fmt::Debug for LockBuilder<'_, B> {
             .field("holder_name", &self.holder_name)
             .field("capacity", &self.capacity)
             .field("queue_heartbeat", &self.queue_heartbeat)
+            .field("rw", &self.rw)
             .finish_non_exhaustive()
     }
 }
@@ -209,6 +245,9 @@ impl<'a, B: LeaseBackend> LockBuilder<'a, B> {
         };
         if let Some(capacity) = self.capacity {
             request = request.with_capacity(capacity)?;
+        }
+        if let Some(mode) = self.rw {
+            request = request.with_rw(mode)?;
         }
         if let Some(heartbeat) = self.queue_heartbeat {
             request = request.with_queue_heartbeat(heartbeat)?;
@@ -374,7 +413,50 @@ impl<B: LeaseBackend> LeaseClient<B> {
             holder_name: None,
             capacity: None,
             queue_heartbeat: None,
+            rw: None,
         }
+    }
+
+    /// Prepares the read side of the read/write lease on `name`: held by many readers at
+    /// once (at most [`MAX_READERS`](crate::request::MAX_READERS)), never beside the writer.
+    /// `.await` it for a [`LeaseGuard`] whose [`fence`](LeaseGuard::fence) is the fence of the
+    /// last writer before it: a target that keeps each write's fence can tell a reader whose
+    /// view a newer writer replaced. Writers are preferred: while one waits, no new reader
+    /// comes in. See [the read/write guide](crate::lock#readwrite-leases).
+    ///
+    /// ```no_run
+    /// # async fn demo<B: leasehold::LeaseBackend>(client: leasehold::LeaseClient<B>) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    ///
+    /// let writer = client.write_lock("catalog").wait(Duration::from_secs(10)).await?;
+    /// // ... rewrite the catalog with writer.fence() ...
+    /// let reader = writer.downgrade().await?; // now one reader among many, no gap
+    /// // ... read it back, as others may now ...
+    /// reader.release().await;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock); a minimum hold is refused ([`LockError::Refused`]).
+    pub fn read_lock(&self, name: impl AsRef<[u8]>) -> LockBuilder<'_, B> {
+        let mut builder = self.lock_resource(ResourceDigest::of(name));
+        builder.rw = Some(RwMode::Read);
+        builder
+    }
+
+    /// Prepares the write side of the read/write lease on `name`: held by one writer while
+    /// no reader holds the read side. Its fence is new, larger than every earlier writer's.
+    /// [`LeaseGuard::downgrade`] turns it into a reader without a gap; a reader is never
+    /// upgraded ([`LeaseGuard::upgrade`] says why).
+    ///
+    /// # Errors
+    ///
+    /// As [`read_lock`](Self::read_lock).
+    pub fn write_lock(&self, name: impl AsRef<[u8]>) -> LockBuilder<'_, B> {
+        let mut builder = self.lock_resource(ResourceDigest::of(name));
+        builder.rw = Some(RwMode::Write);
+        builder
     }
 
     /// Prepares one permit of the counting semaphore of `capacity` on `name`; `.await` it for
