@@ -40,7 +40,7 @@ unit: redis valgrind examples
 TRANSPORT_SUITES := binary(network_faults) | binary(regressions) | binary(cancellation) | \
   binary(sentinel) | binary(fences_survive) | binary(failover_holders) | binary(batched) | \
   binary(one_call) | binary(foreign_values) | binary(waiting) | binary(keepalive) | \
-  binary(semaphore)
+  binary(semaphore) | binary(read_write)
 transports: redis
 	@$(CARGO) nextest --version >/dev/null 2>&1 || { echo "transports needs cargo-nextest: cargo install --locked cargo-nextest"; exit 1; }
 	@echo "== the transport suites on redis-rs's connection (LEASEHOLD_TEST_TRANSPORT=redis-rs)"
