@@ -122,7 +122,8 @@ fn the_metrics_example_renders_what_its_leases_did_for_prometheus() {
         "leasehold_losses_total{purpose=\"lock\",reason=\"released\"} 3",
         "leasehold_leases_kept 0",
         "leasehold_redis_requests_in_flight 0",
-        "leasehold_waiters{purpose=\"lock\"} 0",
+        "leasehold_waiters{purpose=\"lock\",kind=\"lease\"} 0",
+        "leasehold_held{purpose=\"lock\",kind=\"lease\"} 0",
     ] {
         assert!(out.lines().any(|l| l == line), "no {line:?} in:\n{out}");
     }

@@ -42,8 +42,12 @@ pub mod names {
     /// Histogram: how long acquires that found the lease held waited, by `purpose`
     /// (whether they got it or not).
     pub const WAIT_SECONDS: &str = "leasehold_acquire_wait_seconds";
-    /// Gauge: acquires waiting now, by `purpose`.
+    /// Gauge: acquires waiting now, by `purpose` and `kind` (`lease`, `permit`, `read`,
+    /// `write`: see [`kind_of`](super::kind_of)).
     pub const WAITERS: &str = "leasehold_waiters";
+    /// Gauge: grants kept alive by a watchdog now, by `purpose` and `kind`: a semaphore's
+    /// permits held, a read/write lease's readers and writer, and leases.
+    pub const HELD: &str = "leasehold_held";
     /// Counter: renewals by `purpose` and `outcome` (`renewed`, `lost`, `indeterminate`,
     /// `unavailable`, `overloaded`, `refused`).
     pub const RENEWALS: &str = "leasehold_renewals_total";
@@ -195,6 +199,27 @@ pub(crate) fn loss_kind(reason: LossReason) -> &'static str {
     }
 }
 
+/// What a request asks for, as the `kind` label says it: `lease`, `permit` (of a
+/// semaphore), `read` or `write` (a side of a read/write lease).
+pub fn kind_of(request: &crate::LeaseRequest) -> &'static str {
+    match (request.rw(), request.capacity()) {
+        (Some(crate::RwMode::Read), _) => "read",
+        (Some(_), _) => "write",
+        (None, Some(_)) => "permit",
+        (None, None) => "lease",
+    }
+}
+
+/// [`kind_of`] for a grant.
+pub(crate) fn grant_kind(grant: &crate::backend::Grant) -> &'static str {
+    match (grant.rw(), grant.slot()) {
+        (Some(crate::RwMode::Read), _) => "read",
+        (Some(_), _) => "write",
+        (None, Some(_)) => "permit",
+        (None, None) => "lease",
+    }
+}
+
 /// Records an acquire's final outcome and how long it took.
 pub(crate) fn acquired(purpose: &Purpose, outcome: &'static str, took: Duration) {
     #[cfg(feature = "metrics")]
@@ -303,16 +328,32 @@ pub(crate) struct Gauged {
 }
 
 impl Gauged {
-    /// One more waiter for `purpose`, until dropped.
-    pub(crate) fn waiter(purpose: &Purpose) -> Self {
+    /// One more waiter for `purpose` of `kind`, until dropped.
+    pub(crate) fn waiter(purpose: &Purpose, kind: &'static str) -> Self {
         #[cfg(feature = "metrics")]
         return Self::up(metrics::gauge!(
             names::WAITERS,
-            "purpose" => purpose.as_str().to_owned()
+            "purpose" => purpose.as_str().to_owned(),
+            "kind" => kind
         ));
         #[cfg(not(feature = "metrics"))]
         {
-            let _ = purpose;
+            let _ = (purpose, kind);
+            Self {}
+        }
+    }
+
+    /// One more grant of `kind` for `purpose` kept alive, until dropped.
+    pub(crate) fn held(purpose: &Purpose, kind: &'static str) -> Self {
+        #[cfg(feature = "metrics")]
+        return Self::up(metrics::gauge!(
+            names::HELD,
+            "purpose" => purpose.as_str().to_owned(),
+            "kind" => kind
+        ));
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = (purpose, kind);
             Self {}
         }
     }

@@ -134,7 +134,8 @@ fn a_scripted_scenario_emits_these_metrics_and_labels() {
     let waited = histogram(&m, names::WAIT_SECONDS, &[lock]);
     assert_eq!(waited.len(), 1, "{waited:?}");
     assert!((3.9..4.1).contains(&waited[0]), "{waited:?}");
-    assert_eq!(gauge(&m, names::WAITERS, &[lock]), 0.0);
+    assert_eq!(gauge(&m, names::WAITERS, &[lock, ("kind", "lease")]), 0.0);
+    assert_eq!(gauge(&m, names::HELD, &[lock, ("kind", "lease")]), 0.0);
 
     // Renewals: A's kept it past its TTL, each confirmed with validity left; B's last one
     // found the key gone.
@@ -176,7 +177,7 @@ fn a_scripted_scenario_emits_these_metrics_and_labels() {
         assert!(name.starts_with("leasehold_"), "{name}");
         for (key, value) in pairs {
             assert!(
-                ["purpose", "outcome", "reason"].contains(&key.as_str()),
+                ["purpose", "outcome", "reason", "kind"].contains(&key.as_str()),
                 "{name} {key}"
             );
             assert!(
@@ -189,4 +190,68 @@ fn a_scripted_scenario_emits_these_metrics_and_labels() {
             );
         }
     }
+}
+
+/// Permits held and waiting, by purpose and kind: two permits of a semaphore of capacity 2
+/// held, a third request waiting and a reader of a read/write lease, seen at once (a
+/// snapshot drains the recorder, so it is taken once); then, on a fresh recorder, every
+/// gauge back to zero once all is released.
+#[test]
+fn permits_held_and_waiting_are_gauged_by_kind() {
+    let run = |snapshot_while_held: bool| {
+        let recorder = DebuggingRecorder::new();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let mut seen = None;
+        metrics::with_local_recorder(&recorder, || {
+            runtime.block_on(async {
+                let clock = TokioClock::new();
+                let server = SimServer::with_clock(clock);
+                let client =
+                    LeaseClient::new(server.connect(Duration::from_millis(200))).with_clock(clock);
+                let a = client.semaphore("pool", 2).ttl(TTL).await.expect("free");
+                let b = client.semaphore("pool", 2).ttl(TTL).await.expect("free");
+                let reader = client.read_lock("doc").ttl(TTL).await.expect("free");
+                let waiting = {
+                    let client = client.clone();
+                    tokio::spawn(async move {
+                        client
+                            .semaphore("pool", 2)
+                            .ttl(TTL)
+                            .wait(Duration::from_secs(30))
+                            .await
+                    })
+                };
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if snapshot_while_held {
+                    seen = Some(capture(&recorder));
+                }
+                let _ = a.release().await;
+                let c = waiting.await.unwrap().expect("handed on");
+                let _ = reader.release().await;
+                let _ = b.release().await;
+                let _ = c.release().await;
+            });
+        });
+        seen.unwrap_or_else(|| capture(&recorder))
+    };
+    let lock = ("purpose", "lock");
+    let held = run(true);
+    assert_eq!(gauge(&held, names::HELD, &[lock, ("kind", "permit")]), 2.0);
+    assert_eq!(
+        gauge(&held, names::WAITERS, &[lock, ("kind", "permit")]),
+        1.0
+    );
+    assert_eq!(gauge(&held, names::HELD, &[lock, ("kind", "read")]), 1.0);
+    let after = run(false);
+    for kind in ["permit", "read"] {
+        assert_eq!(gauge(&after, names::HELD, &[lock, ("kind", kind)]), 0.0);
+    }
+    assert_eq!(
+        gauge(&after, names::WAITERS, &[lock, ("kind", "permit")]),
+        0.0
+    );
 }

@@ -157,7 +157,13 @@ impl<B: LeaseBackend> LeaseClient<B> {
     /// Dropping the future may leave the lease granted to this attempt, exactly as an
     /// `Indeterminate` outcome would; replay the request to recover the handle.
     pub async fn try_acquire(&self, request: &LeaseRequest) -> AcquireOutcome<B> {
-        let span = lease_span!(DEBUG, "try_acquire", request.purpose(), request.resource());
+        let span = lease_span!(
+            DEBUG,
+            "try_acquire",
+            request.purpose(),
+            request.resource(),
+            kind = telemetry::kind_of(request)
+        );
         async {
             let started = tokio::time::Instant::now();
             let outcome = self.try_once(request).await;

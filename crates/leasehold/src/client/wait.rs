@@ -30,7 +30,8 @@ struct Waiting(Option<(Instant, Gauged)>);
 impl Waiting {
     fn start(&mut self, request: &LeaseRequest) {
         if self.0.is_none() {
-            self.0 = Some((Instant::now(), Gauged::waiter(request.purpose())));
+            let kind = telemetry::kind_of(request);
+            self.0 = Some((Instant::now(), Gauged::waiter(request.purpose(), kind)));
         }
     }
 
@@ -226,6 +227,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
             "acquire",
             purpose,
             resource,
+            kind = telemetry::kind_of(request),
             wait_ms = telemetry::ms(wait)
         );
         async {

@@ -78,6 +78,7 @@ impl Drop for Registration {
 pub struct KeptLease<B: LeaseBackend> {
     handle: LeaseHandle<B>,
     registration: Registration,
+    _held: Gauged,
 }
 
 impl<B: LeaseBackend> fmt::Debug for KeptLease<B> {
@@ -92,9 +93,14 @@ impl<B: LeaseBackend> fmt::Debug for KeptLease<B> {
 impl<B: LeaseBackend> KeptLease<B> {
     /// Makes a kept lease of `handle`, registered with the watchdog.
     pub(super) fn new(handle: LeaseHandle<B>, registration: Registration) -> Self {
+        let held = Gauged::held(
+            handle.purpose(),
+            crate::telemetry::grant_kind(handle.grant()),
+        );
         Self {
             handle,
             registration,
+            _held: held,
         }
     }
 
@@ -139,6 +145,7 @@ impl<B: LeaseBackend> KeptLease<B> {
         let KeptLease {
             handle,
             mut registration,
+            ..
         } = self;
         registration.stop();
         let outcome = handle.downgrade_to_read().await;
@@ -164,6 +171,7 @@ impl<B: LeaseBackend> KeptLease<B> {
         let KeptLease {
             handle,
             mut registration,
+            ..
         } = self;
         // Stop first, so the watchdog starts no renewal of it after this. A renewal already
         // being sent is left to finish (the watchdog ignores its outcome), and the release
