@@ -273,3 +273,85 @@ async fn one_url_names_the_cluster_by_its_seeds() {
         assert_eq!(lease.release().await, ReleaseOutcome::Released);
     }
 }
+
+/// A semaphore's and a read/write lease's keys all live on the node of their hash tag: the
+/// scripts build slot keys from the prefix they are given, and the Cluster routes them all to
+/// that one node; a release with a waiter is announced by SPUBLISH there.
+#[tokio::test]
+async fn a_semaphore_and_a_read_write_lease_keep_every_key_on_one_node() {
+    let cluster = RedisCluster::start(3);
+    let client = cluster_client(&cluster);
+    client.backend().warm_up().await.expect("warm-up");
+    let purpose = leasehold_redis::leasehold::Purpose::new("lock").unwrap();
+    for name in ["exports", "gpu", "catalog"] {
+        let digest = leasehold_redis::leasehold::ResourceDigest::of(name);
+        let keys = client.backend().keys().semaphore(&purpose, &digest);
+        let home = cluster.index_for_key(&keys.capacity);
+        let a = client.semaphore(name, 2).await.expect("free");
+        let b = client.semaphore(name, 2).await.expect("free");
+        assert_ne!(a.slot(), b.slot());
+        let waiting = {
+            let client = client.clone();
+            let name = name.to_owned();
+            tokio::spawn(async move {
+                let permit = client
+                    .semaphore(&name, 2)
+                    .queue_heartbeat(Duration::from_secs(30))
+                    .wait(Duration::from_secs(10))
+                    .await;
+                (permit, Instant::now())
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while cluster.nodes()[home].cmd(&["ZCARD", &keys.queue]).as_int() != Some(1) {
+            assert!(Instant::now() < deadline, "the waiter never took its place");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for (j, node) in cluster.nodes().iter().enumerate() {
+            let here: Vec<String> = node
+                .keys()
+                .into_iter()
+                .filter(|k| k.contains(":sem:") && k.contains(digest.as_str()))
+                .collect();
+            if j == home {
+                for key in [
+                    &keys.capacity,
+                    &keys.fence_counter,
+                    &keys.queue,
+                    &keys.heartbeats,
+                ] {
+                    assert!(here.contains(key), "node {j}: {key} not in {here:?}");
+                }
+                assert!(here.contains(&keys.slot(a.slot().unwrap())), "{here:?}");
+            } else {
+                assert!(here.is_empty(), "node {j}: {here:?}");
+            }
+        }
+        let released_at = Instant::now();
+        assert_eq!(a.release().await, ReleaseOutcome::Released);
+        let (permit, at) = waiting.await.expect("task");
+        let permit = permit.expect("handed on");
+        // Its next try was 10 s away: the SPUBLISH on the home node woke it.
+        assert!(
+            at - released_at < Duration::from_secs(3),
+            "{:?}",
+            at - released_at
+        );
+        // A renewal on a Cluster goes by itself, to the slot key's node.
+        assert!(permit.handle().renew().await.is_renewed());
+        let _ = permit.release().await;
+        let _ = b.release().await;
+
+        let rw = client.backend().keys().read_write(&purpose, &digest);
+        let writer = client.write_lock(name).await.expect("free");
+        let rw_home = cluster.index_for_key(&rw.writer());
+        assert!(cluster.nodes()[rw_home].keys().contains(&rw.writer()));
+        let reader = writer.downgrade().await.expect("downgraded");
+        assert!(
+            cluster.nodes()[rw_home]
+                .keys()
+                .contains(&rw.slot(reader.slot().unwrap()))
+        );
+        assert_eq!(reader.release().await, ReleaseOutcome::Released);
+    }
+}

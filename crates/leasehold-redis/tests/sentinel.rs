@@ -362,3 +362,59 @@ async fn one_url_names_the_sentinels_and_the_service() {
         "{outcome:?}"
     );
 }
+
+/// A permit and a writer's grant made on a master that a failover replaced, and that the new
+/// master does not hold, are lost to the replacement with its own reason, as a lease is;
+/// permits and writers granted after the failover come from the new master.
+#[tokio::test]
+async fn a_permit_the_new_master_does_not_hold_is_lost_to_the_replacement() {
+    let deployment = RedisSentinel::start();
+    let client = sentinel_client(&deployment);
+    let permit = client
+        .semaphore("s-pool", 2)
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("free");
+    let writer = client
+        .write_lock("s-doc")
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("free");
+    assert_eq!(
+        deployment.master().cmd(&["WAIT", "1", "5000"]),
+        Reply::Int(1)
+    );
+    let promoted = deployment.failover();
+    deployment.wait_until_demoted(deployment.replica());
+    let purpose = leasehold_redis::leasehold::Purpose::new("lock").unwrap();
+    let keys = client.backend().keys();
+    let slot_key = keys
+        .semaphore(
+            &purpose,
+            &leasehold_redis::leasehold::ResourceDigest::of("s-pool"),
+        )
+        .slot(permit.slot().unwrap());
+    let writer_key = keys
+        .read_write(
+            &purpose,
+            &leasehold_redis::leasehold::ResourceDigest::of("s-doc"),
+        )
+        .writer();
+    // The writes the failover lost.
+    assert_eq!(
+        promoted.cmd(&["DEL", &slot_key, &writer_key]),
+        Reply::Int(2)
+    );
+    for guard in [&permit, &writer] {
+        let reason = tokio::time::timeout(Duration::from_secs(25), guard.lost())
+            .await
+            .expect("told before its margin point");
+        assert_eq!(reason, LossReason::MasterReplaced);
+    }
+    let again = client
+        .semaphore("s-pool", 2)
+        .await
+        .expect("the new master's");
+    assert!(again.fence() > permit.fence());
+    let _ = again.release().await;
+}
