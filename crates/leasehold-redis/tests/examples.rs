@@ -148,3 +148,30 @@ fn the_metrics_example_renders_what_its_leases_did_for_prometheus() {
         );
     }
 }
+
+#[test]
+fn the_semaphore_example_runs_two_exports_at_a_time_and_readers_follow_the_writer() {
+    let server = RedisServer::start();
+    let out = run_example(&server, "semaphore");
+    for n in 1..=5 {
+        assert!(out.contains(&format!("worker {n} done: released")), "{out}");
+    }
+    let most = out
+        .lines()
+        .filter_map(|l| l.split('(').nth(1)?.split(' ').next()?.parse::<u32>().ok())
+        .max()
+        .unwrap_or(0);
+    assert_eq!(
+        most, 2,
+        "at most two at once, and two did run at once:\n{out}"
+    );
+    let fence = out
+        .lines()
+        .find_map(|l| l.strip_prefix("writer rewrote the catalog with fence "))
+        .expect("the writer's line");
+    assert!(
+        out.contains(&format!("two readers follow fence {fence} and {fence}")),
+        "{out}"
+    );
+    assert!(out.contains("readers done: released and released"), "{out}");
+}
