@@ -326,3 +326,42 @@ async fn across_restarts_and_lossy_failovers_the_store_never_goes_back() {
         );
     }
 }
+
+/// A replay of a writer's request after its downgrade finds the reader's grant (same attempt,
+/// same fence): it must come back as a live handle on that grant, not as the writer's handle,
+/// which the downgrade ended.
+#[tokio::test(start_paused = true)]
+async fn a_replay_after_a_downgrade_is_the_readers_grant_not_the_ended_writer() {
+    let clock = TokioClock::new();
+    let server = SimServer::with_clock(clock);
+    let client = LeaseClient::new(server.connect(COMMAND_TIMEOUT)).with_clock(clock);
+    let request = client
+        .request(
+            Purpose::new("lock").unwrap(),
+            ResourceDigest::of("doc"),
+            client
+                .new_attempt(OperationId::new("writer").unwrap())
+                .unwrap(),
+            TTL,
+        )
+        .unwrap()
+        .with_rw(RwMode::Write)
+        .unwrap();
+    let writer = client
+        .try_acquire(&request)
+        .await
+        .into_handle()
+        .expect("free");
+    let reader = match writer.downgrade_to_read().await {
+        leasehold::DowngradeOutcome::Downgraded(reader) => reader,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(writer.state(), leasehold::LeaseState::Released);
+    let AcquireOutcome::Replayed(replayed) = client.try_acquire(&request).await else {
+        panic!("the attempt holds the reader's slot");
+    };
+    assert_eq!(replayed.fence(), reader.fence());
+    assert_eq!(replayed.slot(), reader.slot());
+    assert_eq!(replayed.state(), leasehold::LeaseState::Active);
+    assert!(replayed.renew().await.is_renewed());
+}

@@ -48,7 +48,7 @@ impl Hasher for DigestHasher {
     }
 }
 
-fn grant_key(request: &LeaseRequest, fence: FenceToken) -> GrantKey {
+fn grant_key(request: &LeaseRequest, fence: FenceToken, slot: Option<u32>) -> GrantKey {
     use sha2::{Digest as _, Sha256};
     let mut digest = Sha256::new();
     // Each variable-length field is prefixed with its length, so that no two different
@@ -63,6 +63,11 @@ fn grant_key(request: &LeaseRequest, fence: FenceToken) -> GrantKey {
         digest.update(field.as_bytes());
     }
     digest.update(fence.get().to_be_bytes());
+    // A lease, a permit and either side of a read/write lease of one name and attempt are
+    // different grants; so are a writer and the reader it was downgraded to, which share the
+    // attempt and the fence but not the slot.
+    digest.update(crate::telemetry::kind_of(request).as_bytes());
+    digest.update(slot.map_or(u64::MAX, u64::from).to_be_bytes());
     digest.finalize().into()
 }
 
@@ -71,9 +76,11 @@ fn holds<B: LeaseBackend>(
     handle: &LeaseHandle<B>,
     request: &LeaseRequest,
     fence: FenceToken,
+    slot: Option<u32>,
 ) -> bool {
     let grant = handle.grant();
     grant.fence() == fence
+        && grant.slot() == slot
         && grant.purpose() == request.purpose()
         && grant.resource() == request.resource()
         && grant.attempt() == request.attempt()
@@ -94,13 +101,14 @@ impl<B: LeaseBackend> LiveGrants<B> {
         &self,
         request: &LeaseRequest,
         fence: FenceToken,
+        slot: Option<u32>,
     ) -> (Option<LeaseHandle<B>>, GrantKey) {
-        let key = grant_key(request, fence);
+        let key = grant_key(request, fence, slot);
         let found = self
             .by_grant
             .get(&key)
             .and_then(LeaseHandle::upgrade)
-            .filter(|handle| holds(handle, request, fence));
+            .filter(|handle| holds(handle, request, fence, slot));
         (found, key)
     }
 
@@ -156,17 +164,33 @@ mod tests {
     fn grant_keys_tell_every_field_of_a_grant_apart() {
         let one = request("op", None);
         let fence = FenceToken::new(7).unwrap();
-        assert_eq!(grant_key(&one, fence), grant_key(&one.clone(), fence));
+        assert_eq!(
+            grant_key(&one, fence, None),
+            grant_key(&one.clone(), fence, None)
+        );
         // Another fence, another owner token, another operation of the same owner.
         assert_ne!(
-            grant_key(&one, fence),
-            grant_key(&one, FenceToken::new(8).unwrap())
+            grant_key(&one, fence, None),
+            grant_key(&one, FenceToken::new(8).unwrap(), None)
         );
         assert_ne!(
-            grant_key(&one, fence),
-            grant_key(&request("op", None), fence)
+            grant_key(&one, fence, None),
+            grant_key(&request("op", None), fence, None)
         );
         let same_owner = request("op2", Some(one.attempt()));
-        assert_ne!(grant_key(&one, fence), grant_key(&same_owner, fence));
+        assert_ne!(
+            grant_key(&one, fence, None),
+            grant_key(&same_owner, fence, None)
+        );
+        // Another slot (a writer and the reader it became), another kind (a permit).
+        assert_ne!(
+            grant_key(&one, fence, None),
+            grant_key(&one, fence, Some(0))
+        );
+        let permit = one.clone().with_capacity(2).unwrap();
+        assert_ne!(
+            grant_key(&one, fence, Some(0)),
+            grant_key(&permit, fence, Some(0))
+        );
     }
 }

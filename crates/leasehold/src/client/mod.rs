@@ -210,7 +210,7 @@ impl<B: LeaseBackend> LeaseClient<B> {
         let handle = |reply: GrantReply| {
             let fence = reply.fence;
             let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-            let (found, key) = live.find(request, fence);
+            let (found, key) = live.find(request, fence, reply.slot);
             if let Some(existing) = found {
                 // The same grant again (a replay): one state for every handle of it.
                 existing.confirm(reply.server_ttl, sent_at);
