@@ -12,9 +12,12 @@
 //! leaders' work again. (Not always the same interleaving: `tokio::select!` in the library
 //! draws its own branch order, which only an unstable tokio build can seed.)
 
+mod chaos;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chaos::{Rng, connection_fault, seeds};
 use leasehold::{FenceGate, FenceToken, HolderFingerprint, HolderName, LeaseClient, TokioClock};
 use leasehold_sim::{Fault, SimBackend, SimServer};
 use tokio::sync::watch;
@@ -24,40 +27,6 @@ const COMMAND_TIMEOUT: Duration = Duration::from_millis(200);
 const TTL: Duration = Duration::from_secs(1);
 const CANDIDATES: usize = 3;
 const RUN_FOR: Duration = Duration::from_secs(30);
-
-/// A small deterministic generator (xorshift64*): the seed is all a replay needs.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed.max(1))
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
-    }
-
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        Duration::from_millis(from + self.below(to - from))
-    }
-}
-
-fn seeds(rounds: u64) -> Vec<u64> {
-    if let Some(seed) = std::env::var("LEASEHOLD_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        return vec![seed];
-    }
-    let start = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64);
-    (0..rounds).map(|i| start.wrapping_add(i * 7919)).collect()
-}
 
 #[derive(Debug, Clone)]
 struct Term {
@@ -161,16 +130,6 @@ enum Chaos {
     Restarts,
 }
 
-fn connection_fault(rng: &mut Rng) -> Fault {
-    match rng.below(5) {
-        0 => Fault::LoseRequest,
-        1 => Fault::LoseReply,
-        2 => Fault::DelayRequest(rng.millis(1, 150)),
-        3 => Fault::DelayReply(rng.millis(1, 150)),
-        _ => Fault::LateRequest(rng.millis(250, 900)),
-    }
-}
-
 /// Runs one seeded election and returns what was recorded and what the observer saw.
 async fn run(seed: u64, chaos: Chaos) -> (Record, Vec<Option<FenceToken>>) {
     let mut rng = Rng::new(seed);
@@ -180,7 +139,7 @@ async fn run(seed: u64, chaos: Chaos) -> (Record, Vec<Option<FenceToken>>) {
     let (stop, stopped) = watch::channel(false);
     let mut processes: Vec<Process> = (0..CANDIDATES)
         .map(|i| {
-            let rng = Rng::new(rng.below(u64::MAX));
+            let rng = rng.fork();
             start(&server, clock, i, rng, &record, &stopped)
         })
         .collect();
@@ -216,7 +175,7 @@ async fn run(seed: u64, chaos: Chaos) -> (Record, Vec<Option<FenceToken>>) {
                     .backend()
                     .inject_many(Fault::LoseRequest, 10_000);
                 processes[i].task.abort();
-                let rng = Rng::new(rng.below(u64::MAX));
+                let rng = rng.fork();
                 processes[i] = start(&server, clock, i, rng, &record, &stopped);
             }
             1 if chaos == Chaos::Restarts => server.restart(rng.millis(0, 200)),

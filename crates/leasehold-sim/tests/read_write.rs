@@ -11,9 +11,12 @@
 //!
 //! `LEASEHOLD_SIM_SEED=<seed>` runs the same faults again.
 
+mod chaos;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chaos::{Rng, connection_fault, seeds};
 use leasehold::{
     AcquireOutcome, FenceGate, FenceToken, HolderFingerprint, LeaseClient, OperationId, Purpose,
     ResourceDigest, RwMode, TokioClock,
@@ -27,37 +30,6 @@ const READERS: usize = 5;
 const WRITERS: usize = 2;
 const RUN_FOR: Duration = Duration::from_secs(30);
 const NAME: &str = "sim-rw";
-
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
-    }
-
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        Duration::from_millis(from + self.below(to - from))
-    }
-}
-
-fn seeds(rounds: u64) -> Vec<u64> {
-    if let Some(seed) = std::env::var("LEASEHOLD_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        return vec![seed];
-    }
-    let start = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64);
-    (0..rounds)
-        .map(|i| start.wrapping_add(i * 7919).max(1))
-        .collect()
-}
 
 #[derive(Debug, Clone)]
 struct Hold {
@@ -195,33 +167,14 @@ fn start(
     Process { client, task }
 }
 
-fn connection_fault(rng: &mut Rng) -> Fault {
-    match rng.below(5) {
-        0 => Fault::LoseRequest,
-        1 => Fault::LoseReply,
-        2 => Fault::DelayRequest(rng.millis(1, 150)),
-        3 => Fault::DelayReply(rng.millis(1, 150)),
-        _ => Fault::LateRequest(rng.millis(250, 900)),
-    }
-}
-
 async fn run(seed: u64, losing_writes: bool, holding: Holding) -> Record {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let clock = TokioClock::new();
     let server = SimServer::with_clock(clock);
     let record = Shared::default();
     let workers = READERS + WRITERS;
     let mut processes: Vec<Process> = (0..workers)
-        .map(|i| {
-            start(
-                &server,
-                clock,
-                i,
-                Rng(rng.below(u64::MAX).max(1)),
-                &record,
-                holding,
-            )
-        })
+        .map(|i| start(&server, clock, i, rng.fork(), &record, holding))
         .collect();
     let end = Instant::now() + RUN_FOR;
     while Instant::now() < end {
@@ -234,7 +187,7 @@ async fn run(seed: u64, losing_writes: bool, holding: Holding) -> Record {
                     .backend()
                     .inject_many(Fault::LoseRequest, 10_000);
                 processes[i].task.abort();
-                let fresh = Rng(rng.below(u64::MAX).max(1));
+                let fresh = rng.fork();
                 processes[i] = start(&server, clock, i, fresh, &record, holding);
             }
             1 if losing_writes => server.restart(rng.millis(0, 200)),

@@ -14,10 +14,13 @@
 //!
 //! A failure prints its seed; `LEASEHOLD_SIM_SEED=<seed>` runs the same faults again.
 
+mod chaos;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chaos::{Rng, connection_fault, seeds};
 use leasehold::{
     AcquireOutcome, FenceGate, FenceToken, HolderFingerprint, LeaseClient, OperationId, Purpose,
     ResourceDigest, TokioClock,
@@ -31,40 +34,6 @@ const CAPACITY: u32 = 3;
 const WORKERS: usize = 7;
 const RUN_FOR: Duration = Duration::from_secs(30);
 const NAME: &str = "sim-semaphore";
-
-/// A small deterministic generator (xorshift64*): the seed is all a replay needs.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed.max(1))
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
-    }
-
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        Duration::from_millis(from + self.below(to - from))
-    }
-}
-
-fn seeds(rounds: u64) -> Vec<u64> {
-    if let Some(seed) = std::env::var("LEASEHOLD_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        return vec![seed];
-    }
-    let start = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64);
-    (0..rounds).map(|i| start.wrapping_add(i * 7919)).collect()
-}
 
 /// One hold of a permit, as its worker saw it.
 #[derive(Debug, Clone)]
@@ -226,32 +195,13 @@ enum Chaos {
     LosingWrites,
 }
 
-fn connection_fault(rng: &mut Rng) -> Fault {
-    match rng.below(5) {
-        0 => Fault::LoseRequest,
-        1 => Fault::LoseReply,
-        2 => Fault::DelayRequest(rng.millis(1, 150)),
-        3 => Fault::DelayReply(rng.millis(1, 150)),
-        _ => Fault::LateRequest(rng.millis(250, 900)),
-    }
-}
-
 async fn run(seed: u64, chaos: Chaos, holding: Holding) -> Record {
     let mut rng = Rng::new(seed);
     let clock = TokioClock::new();
     let server = SimServer::with_clock(clock);
     let record = Shared::default();
     let mut processes: Vec<Process> = (0..WORKERS)
-        .map(|i| {
-            start(
-                &server,
-                clock,
-                i,
-                Rng::new(rng.below(u64::MAX)),
-                &record,
-                holding,
-            )
-        })
+        .map(|i| start(&server, clock, i, rng.fork(), &record, holding))
         .collect();
     let end = Instant::now() + RUN_FOR;
     while Instant::now() < end {
@@ -266,7 +216,7 @@ async fn run(seed: u64, chaos: Chaos, holding: Holding) -> Record {
                     .backend()
                     .inject_many(Fault::LoseRequest, 10_000);
                 processes[i].task.abort();
-                let fresh = Rng::new(rng.below(u64::MAX));
+                let fresh = rng.fork();
                 processes[i] = start(&server, clock, i, fresh, &record, holding);
             }
             1 if chaos == Chaos::LosingWrites => server.restart(rng.millis(0, 200)),
