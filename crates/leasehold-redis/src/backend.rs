@@ -304,29 +304,11 @@ impl RedisBackend {
                 self.link.eval_in_term(&call, gate).await
             }
         };
-        match replied {
-            Ok((value, confirmed, term)) => {
-                let granted_ttl = std::time::Duration::from_millis(
-                    request.ttl_millis().max(request.min_hold_millis()),
-                );
-                match SemaphoreAcquireCall::decode(&value, granted_ttl) {
-                    Ok(AcquireReply::Granted(_) | AcquireReply::Replayed(_))
-                        if !replicated(gate, confirmed) =>
-                    {
-                        AcquireReply::Failed(not_replicated(gate, confirmed))
-                    }
-                    Ok(AcquireReply::Granted(grant)) => {
-                        AcquireReply::Granted(grant.with_term(term))
-                    }
-                    Ok(AcquireReply::Replayed(grant)) => {
-                        AcquireReply::Replayed(grant.with_term(term))
-                    }
-                    Ok(reply) => reply,
-                    Err(e) => AcquireReply::Failed(unreadable(e)),
-                }
-            }
-            Err(failure) => AcquireReply::Failed(failure),
-        }
+        let granted_ttl =
+            std::time::Duration::from_millis(request.ttl_millis().max(request.min_hold_millis()));
+        confirmed_in_term(replied, gate, |value| {
+            SemaphoreAcquireCall::decode(value, granted_ttl)
+        })
     }
 
     /// Runs `semaphore_release.lua`: for the grant of `fence` on `slot`, or (`None`) for
@@ -383,6 +365,30 @@ impl RedisBackend {
     }
 }
 
+/// Decodes an acquire script's reply with `decode`: a grant or replay too few replicas
+/// confirmed is `Indeterminate` (D21), and one confirmed carries the term it was made in.
+fn confirmed_in_term(
+    replied: Result<(redis::Value, Option<u32>, u64), leasehold::Failure>,
+    gate: Option<crate::ReplicationGate>,
+    decode: impl FnOnce(&redis::Value) -> Result<AcquireReply, decode::UnexpectedReply>,
+) -> AcquireReply {
+    let (value, confirmed, term) = match replied {
+        Ok(replied) => replied,
+        Err(failure) => return AcquireReply::Failed(failure),
+    };
+    match decode(&value) {
+        Ok(AcquireReply::Granted(_) | AcquireReply::Replayed(_))
+            if !replicated(gate, confirmed) =>
+        {
+            AcquireReply::Failed(not_replicated(gate, confirmed))
+        }
+        Ok(AcquireReply::Granted(grant)) => AcquireReply::Granted(grant.with_term(term)),
+        Ok(AcquireReply::Replayed(grant)) => AcquireReply::Replayed(grant.with_term(term)),
+        Ok(reply) => reply,
+        Err(e) => AcquireReply::Failed(unreadable(e)),
+    }
+}
+
 /// `duration` in whole milliseconds, as the scripts take it.
 fn millis(duration: std::time::Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -418,31 +424,13 @@ impl LeaseBackend for RedisBackend {
             };
             self.link.eval_in_term(&call, gate).await
         };
-        match reply {
-            Ok((value, confirmed, term)) => {
-                // What the script sets on a grant: the TTL, or the minimum hold if longer.
-                let granted_ttl = std::time::Duration::from_millis(
-                    request.ttl_millis().max(request.min_hold_millis()),
-                );
-                match AcquireCall::decode(&value, granted_ttl, self.settings.retry_after_fallback())
-                {
-                    Ok(AcquireReply::Granted(_) | AcquireReply::Replayed(_))
-                        if !replicated(gate, confirmed) =>
-                    {
-                        AcquireReply::Failed(not_replicated(gate, confirmed))
-                    }
-                    Ok(AcquireReply::Granted(grant)) => {
-                        AcquireReply::Granted(grant.with_term(term))
-                    }
-                    Ok(AcquireReply::Replayed(grant)) => {
-                        AcquireReply::Replayed(grant.with_term(term))
-                    }
-                    Ok(reply) => reply,
-                    Err(e) => AcquireReply::Failed(unreadable(e)),
-                }
-            }
-            Err(failure) => AcquireReply::Failed(failure),
-        }
+        // What the script sets on a grant: the TTL, or the minimum hold if longer.
+        let granted_ttl =
+            std::time::Duration::from_millis(request.ttl_millis().max(request.min_hold_millis()));
+        let fallback = self.settings.retry_after_fallback();
+        confirmed_in_term(reply, gate, |value| {
+            AcquireCall::decode(value, granted_ttl, fallback)
+        })
     }
 
     async fn renew(&self, grant: &Grant) -> RenewReply {
