@@ -78,8 +78,8 @@ impl RedisBackend {
                 settings.max_in_flight(),
             )),
             renewals: Renewals::default(),
-            acquires: Batcher::new(),
-            releases: Batcher::new(),
+            acquires: Batcher::new(settings.counter_idle_expiry_millis()),
+            releases: Batcher::new(()),
             notices,
             watch_refused_at: std::sync::Mutex::new(None),
             keys: KeyLayout::new(&settings),
@@ -268,6 +268,7 @@ impl LeaseBackend for RedisBackend {
             let call = AcquireCall {
                 fence_counter_key: KeyLayout::fence_key_of(&lease_key),
                 lease_key,
+                counter_idle_expiry_in_milliseconds: self.settings.counter_idle_expiry_millis(),
                 attempt: AttemptArg::of(attempt),
                 ttl_in_milliseconds: request.ttl_millis(),
                 min_hold_in_milliseconds: request.min_hold_millis(),
