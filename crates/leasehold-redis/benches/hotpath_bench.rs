@@ -105,6 +105,9 @@ struct OwnScripts {
     release: redis::Script,
     /// Each resource's lease key and fence counter key.
     keys: Vec<(String, String)>,
+    /// The counter idle expiry in milliseconds, the scripts' first argument, as the library
+    /// sends it by default.
+    counter_idle_ms: u64,
 }
 
 /// Everything the six need, shared by the tasks.
@@ -219,6 +222,7 @@ impl Bench {
                     .acquire
                     .key(key)
                     .key(fence_key)
+                    .arg(self.own.counter_idle_ms)
                     .arg(&attempt)
                     .arg(TTL_MS)
                     .invoke_async(&mut raw)
@@ -385,6 +389,9 @@ async fn main() -> Res<()> {
                     })
                     .collect()
             },
+            counter_idle_ms: u64::try_from(
+                RedisSettings::default().counter_idle_expiry().as_millis(),
+            )?,
         },
     });
     // Warm every path (scripts cached, connections made) before measuring.

@@ -153,6 +153,9 @@ enum Lock {
         fence_key: String,
         /// The floor stores `<attempt>:<fence>`, leasehold `<fence>:<attempt>`.
         fence_first: bool,
+        /// Leasehold's acquire takes the counter idle expiry (milliseconds) first; the
+        /// floor's takes none.
+        counter_idle_ms: Option<u64>,
     },
     Leasehold(Box<leasehold_redis::RedisLeases>),
 }
@@ -166,11 +169,15 @@ impl Lock {
                 lease_key,
                 fence_key,
                 fence_first,
+                counter_idle_ms,
             } => {
                 let attempt = format!("{n:032}:bench");
-                let fence: redis::Value = acquire
-                    .key(lease_key)
-                    .key(fence_key)
+                let mut invocation = acquire.key(lease_key);
+                invocation.key(fence_key);
+                if let Some(idle) = *counter_idle_ms {
+                    invocation.arg(idle);
+                }
+                let fence: redis::Value = invocation
                     .arg(&attempt)
                     .arg(TTL_MS)
                     .invoke_async(raw)
@@ -228,6 +235,7 @@ async fn main() -> Res<()> {
                 lease_key: "floor:{r0}".to_owned(),
                 fence_key: "floor:{r0}:fence".to_owned(),
                 fence_first: false,
+                counter_idle_ms: None,
             },
         ),
         (
@@ -238,6 +246,9 @@ async fn main() -> Res<()> {
                 lease_key: layout.lease_key(&purpose, &digest),
                 fence_key: layout.fence_key(&purpose, &digest),
                 fence_first: true,
+                counter_idle_ms: Some(u64::try_from(
+                    RedisSettings::default().counter_idle_expiry().as_millis(),
+                )?),
             },
         ),
         (

@@ -2,15 +2,19 @@
 -- leasehold acquire, key layout v1.
 --
 -- KEYS[1]  lease key           {ns}:lease:{ver}:{purpose}:{{digest}}
--- KEYS[2]  fence counter key   the same with ":fence" (same hash slot; no TTL, never deleted)
--- ARGV[1]  attempt             "<owner token>:<operation id>": the token is Base64URL and
+-- KEYS[2]  fence counter key   the same with ":fence" (same hash slot; it expires once idle,
+--                              see "The counter's TTL" below)
+-- ARGV[1]  counter idle expiry in milliseconds
+--                              positive integer: how long the counter is kept after a grant
+--                              (RedisSettings::counter_idle_expiry); one per call, a batch's too
+-- ARGV[2]  attempt             "<owner token>:<operation id>": the token is Base64URL and
 --                              never contains ':', so the first ':' ends it; the operation id
 --                              is printable ASCII and may contain ':'
--- ARGV[2]  TTL in milliseconds positive integer
--- ARGV[3]  min hold in milliseconds, "0" or absent for none: the key stays at least this
+-- ARGV[3]  TTL in milliseconds positive integer
+-- ARGV[4]  min hold in milliseconds, "0" or absent for none: the key stays at least this
 --          long after the grant, whatever its holder does (release.lua keeps it, renew.lua
 --          never shortens it)
--- ARGV[4]  holder name, "" or absent for none: UTF-8 without control characters, so never a
+-- ARGV[5]  holder name, "" or absent for none: UTF-8 without control characters, so never a
 --          newline
 --
 -- The last two are optional, and a lease with neither is sent without them: every argument
@@ -19,8 +23,9 @@
 --
 -- A batch grants several leases in one call, each exactly as a call of its own would: with
 -- n > 1 leases, KEYS holds each one's lease key and counter key (KEYS[2i-1], KEYS[2i]), ARGV
--- each one's attempt and TTL (ARGV[2i-1], ARGV[2i]), none with a hold or a holder name, and
--- the reply is a table of n replies, in order, each what a single call answers. One lease's
+-- the counter idle expiry once (ARGV[1], shared by every lease of the call) and then each
+-- one's attempt and TTL (ARGV[2i], ARGV[2i+1]), none with a hold or a holder name, and the
+-- reply is a table of n replies, in order, each what a single call answers. One lease's
 -- refusal (a key of another type, say) does not keep the others from being granted. The
 -- server's clock is read once per call: the script runs atomically, so every grant in it is
 -- made at that instant.
@@ -65,20 +70,33 @@
 -- failover restarts above every fence issued before, as long as the clock of the server that
 -- grants now is not behind the one that granted then by more than the time in between.
 --
+-- The counter's TTL: every grant writes the counter with a TTL of the idle expiry (ARGV[1]),
+-- so that the counter of a resource nobody takes any more goes away. That loses no fence: the
+-- counter holds the clock at the last grant, and once it has been idle that long the clock
+-- is past it by as much, so the next fence, the clock's, is above every fence before it. A
+-- counter found ahead of the clock (two grants in one microsecond, a counter set far ahead
+-- by hand, one a server whose clock ran ahead left behind) gets the idle expiry plus the new
+-- fence's lead over the clock, so that it too lasts until the clock has been past it for the
+-- idle expiry. Redis keeps an expiry as a time on the clock TIME reads, so a clock stepped
+-- back delays it as much; what is assumed is what the floor assumes after any lost counter:
+-- that the clock is not stepped back, or a server that takes over is not behind, by more
+-- than the idle expiry.
+--
 -- Nothing is changed when a key cannot be used: the lease key holds another type, or a
 -- string leasehold did not write (longer than LONGEST, or not of a form above, whatever its
 -- length); or the counter holds another type, or something that is not a fence or is at the
 -- top of the range. A counter longer than any fence is refused by its length (STRLEN),
 -- unread; a shorter one is read by moving it, and put back in the same script: its value
--- stays, a TTL someone set on it does not.
+-- stays, with no TTL (a TTL someone set on it does not stay; where it is put back says why).
 --
 -- Replies (fence is a decimal string, pttl an integer; holder is the first 16 hex digits of
 -- SHA-1 of the holder's token, or "" when the stored value is not ours; name is the holder
 -- name or ""; released is 1 for a key kept after release until its hold ends, else 0):
 --   fence                     granted: the key was absent; the counter was moved to the fence,
---                             and the key's TTL set to max(TTL, min hold). The fence alone, a
---                             bulk string: the common reply is not a table, which costs the
---                             server more to hand back than the rest of the grant's Lua
+--                             with its TTL (above), and the key's TTL set to max(TTL, min
+--                             hold). The fence alone, a bulk string: the common reply is not a
+--                             table, which costs the server more to hand back than the rest of
+--                             the grant's Lua
 --   {2, fence, pttl}          replay: this attempt already holds it; the TTL is NOT extended
 --                             and pttl is the key's current remaining time
 --   {3, fence, pttl, holder, name, 0}
@@ -105,16 +123,17 @@ local LONGEST, LONGEST_TEXT = 332, '332'
 -- needs it. Checks that a grant never needs (the type of a key found, say) come after the
 -- grant's path, so that it calls no more Lua functions than it must.
 local n = #KEYS / 2
+local idle = ARGV[1]
 local replies = n ~= 1 and {}
 -- The server's clock, read once per call: every grant of a batch is made at the same instant
 -- (the script runs atomically), and TIME is the dearest call a grant makes.
 local time
 for i = 1, n do
-  local lease_key, counter_key, attempt, ttl = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1],
-    ARGV[2 * i]
+  local lease_key, counter_key, attempt, ttl = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i],
+    ARGV[2 * i + 1]
   local hold, name = '0', ''
   if n == 1 then
-    hold, name = ARGV[3] or '0', ARGV[4] or ''
+    hold, name = ARGV[4] or '0', ARGV[5] or ''
   end
   local reply
   repeat
@@ -143,8 +162,13 @@ for i = 1, n do
       -- One call reads the counter and moves it to the clock, which is the new fence unless
       -- the counter is already there or beyond (two grants in one microsecond, a clock stepped
       -- back): then the counter's successor is, set below. It is a string (or absent) of at
-      -- most 19 bytes, as STRLEN found; one that is not a fence is put back as it was.
-      local counter = redis.call('SET', counter_key, now, 'GET') or '0'
+      -- most 19 bytes, as STRLEN found; one that is not a fence is put back as it was. The
+      -- same call gives the counter its TTL (above).
+      local counter = redis.call('SET', counter_key, now, 'GET', 'PX', idle) or '0'
+      -- One that cannot be used is put back with no TTL, as before counters had one: it is
+      -- not a fence leasehold wrote (whoever wrote it must find it, and it hides what the
+      -- counter was), or it is at the top of the range, where a lapse would let fences start
+      -- again from the clock, below the fences it stands for.
       if counter ~= '0'
         and (not string.find(counter, '^[1-9]%d*$')
           or #counter > #TOP or (#counter == #TOP and counter > TOP)) then
@@ -170,7 +194,12 @@ for i = 1, n do
           fence = string.sub(counter, 1, d - 1) .. string.char(string.byte(counter, d) + 1)
             .. string.rep('0', #counter - d)
         end
-        redis.call('SET', counter_key, fence)
+        -- Ahead of the clock, the counter alone keeps the next fence above this one until the
+        -- clock passes it: it is kept the idle expiry past that moment (above). As doubles,
+        -- the lead is exact while the fence is below 2^53 (the year 2255), and a few
+        -- milliseconds off beyond, on a TTL of thousands of years.
+        local ahead = math.ceil((tonumber(fence) - tonumber(now)) / 1000)
+        redis.call('SET', counter_key, fence, 'PX', string.format('%.0f', tonumber(idle) + ahead))
       end
       local value = fence .. ':' .. attempt
       -- Strings, not Lua numbers, go to SET: a number would be formatted by Redis.

@@ -18,7 +18,8 @@
 -- Releases only the exact grant, which is the stored value up to its first newline
 -- (acquire.lua describes every form of the value); a string longer than any lease's value
 -- (LONGEST, as in acquire.lua) is not one, and no more of the key than that and one byte is
--- read, whatever its size. The fence counter is never deleted.
+-- read, whatever its size. The fence counter is left alone (it expires once idle, as
+-- acquire.lua sets it).
 --
 -- A grant whose minimum hold has not ended is not deleted: the value is rewritten with the
 -- owner token replaced by "~" and the token's holder fingerprint (16 hex digits), keeping the

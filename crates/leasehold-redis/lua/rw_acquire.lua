@@ -176,7 +176,13 @@ if admitted then
   if redis.call('EXISTS', key) == 1 then
     return {-2, 'lease-value'}
   end
-  redis.call('SET', KEYS[2], fence, 'PX', idle)
+  -- The counter lives the idle expiry past the moment the clock passes it (acquire.lua):
+  -- the idle expiry, plus the fence's lead over the clock when it is ahead.
+  local counter_px = tonumber(idle)
+  if fence ~= now then
+    counter_px = counter_px + math.max(math.ceil((tonumber(fence) - now_us) / 1000), 0)
+  end
+  redis.call('SET', KEYS[2], fence, 'PX', string.format('%.0f', counter_px))
   local value = fence .. ':' .. attempt
   if name ~= '' then
     value = value .. '\n\n' .. name

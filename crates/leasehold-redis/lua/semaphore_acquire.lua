@@ -186,7 +186,13 @@ if free_slot and capacity - held > ahead then
         .. string.rep('0', #counter - d)
     end
   end
-  redis.call('SET', KEYS[2], fence, 'PX', idle)
+  -- The counter lives the idle expiry past the moment the clock passes it (acquire.lua):
+  -- the idle expiry, plus the fence's lead over the clock when it is ahead.
+  local counter_px = tonumber(idle)
+  if fence ~= now then
+    counter_px = counter_px + math.max(math.ceil((tonumber(fence) - now_us) / 1000), 0)
+  end
+  redis.call('SET', KEYS[2], fence, 'PX', string.format('%.0f', counter_px))
   local value, px = fence .. ':' .. attempt, ttl
   if hold ~= '0' or name ~= '' then
     local hold_until = ''

@@ -79,8 +79,8 @@ impl RedisBackend {
                 settings.max_in_flight(),
             )),
             renewals: Renewals::default(),
-            acquires: Batcher::new(),
-            releases: Batcher::new(),
+            acquires: Batcher::new(settings.counter_idle_expiry_millis()),
+            releases: Batcher::new(()),
             notices,
             watch_refused_at: std::sync::Mutex::new(None),
             keys: KeyLayout::new(&settings),
@@ -259,7 +259,7 @@ impl RedisBackend {
         } else {
             request.queue_heartbeat_millis()
         };
-        let idle = millis(std::time::Duration::from_secs(7 * 86_400)); // TODO(idle): settings
+        let idle = millis(self.settings.counter_idle_expiry());
         let holder_name = request.holder_name().map_or("", |name| name.as_str());
         let attempt = AttemptArg::of(request.attempt());
         let gate = self.settings.replication();
@@ -417,6 +417,7 @@ impl LeaseBackend for RedisBackend {
             let call = AcquireCall {
                 fence_counter_key: KeyLayout::fence_key_of(&lease_key),
                 lease_key,
+                counter_idle_expiry_in_milliseconds: self.settings.counter_idle_expiry_millis(),
                 attempt: AttemptArg::of(attempt),
                 ttl_in_milliseconds: request.ttl_millis(),
                 min_hold_in_milliseconds: request.min_hold_millis(),
@@ -544,7 +545,6 @@ impl LeaseBackend for RedisBackend {
         let keys = self.keys.read_write(grant.purpose(), grant.resource());
         let call = RwDowngradeCall {
             writer_key: keys.writer(),
-            fence_counter_key: keys.fence_counter,
             queue_key: keys.queue,
             slot_key_prefix: keys.slot_prefix,
             grant: GrantArg {
@@ -552,7 +552,6 @@ impl LeaseBackend for RedisBackend {
                 attempt: AttemptArg::of(grant.attempt()),
             },
             ttl_in_milliseconds: grant.ttl_millis(),
-            idle_expiry_in_milliseconds: millis(std::time::Duration::from_secs(7 * 86_400)), // TODO(idle): settings
             channel: &keys.channel,
             sharded: self.sharded,
         };

@@ -70,7 +70,9 @@ struct OnTheWire<E> {
 }
 
 /// The queue of one script's entries not yet sent, and the commands on the connection.
-pub(crate) struct Batcher<E> {
+pub(crate) struct Batcher<E: BatchEntry> {
+    /// What every command of this queue sends once for all its entries.
+    shared: E::Shared,
     queue: Mutex<Queue<E>>,
     /// Locked after `queue` where both are held; alone by a command that is done.
     on_the_wire: Mutex<Vec<OnTheWire<E>>>,
@@ -79,9 +81,10 @@ pub(crate) struct Batcher<E> {
 type Chunk = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl<E: BatchEntry> Batcher<E> {
-    /// An empty queue.
-    pub(crate) fn new() -> Arc<Self> {
+    /// An empty queue, whose commands send `shared` for all their entries.
+    pub(crate) fn new(shared: E::Shared) -> Arc<Self> {
         Arc::new(Self {
+            shared,
             queue: Mutex::new(Queue {
                 slots: Vec::new(),
                 next_id: 0,
@@ -163,8 +166,14 @@ impl<E: BatchEntry> Batcher<E> {
             // Listed before the queue's lock is let go: a cleanup finds its entry queued or
             // here, never in between.
             let done = self.list(&mut queue, &entries);
-            let mut chunk: Chunk =
-                Box::pin(send_chunk(Arc::clone(link), gate, entries, replies, done));
+            let mut chunk: Chunk = Box::pin(send_chunk(
+                Arc::clone(link),
+                gate,
+                self.shared,
+                entries,
+                replies,
+                done,
+            ));
             if chunk.as_mut().poll(cx).is_pending() {
                 chunks.push(chunk);
             }
@@ -235,13 +244,13 @@ impl Batcher<AcquireEntry> {
 
 /// Keeps a command's entries listed as on the connection; dropped when the command is done
 /// (or dropped unsent), it takes them off the list and wakes the cleanups that wait for it.
-struct Done<E> {
+struct Done<E: BatchEntry> {
     batcher: Arc<Batcher<E>>,
     id: u64,
     done: CancellationToken,
 }
 
-impl<E> Drop for Done<E> {
+impl<E: BatchEntry> Drop for Done<E> {
     fn drop(&mut self) {
         // Only this lock: a command can be done while `start` holds the queue's.
         self.batcher
@@ -329,13 +338,20 @@ impl Drop for Sending {
 async fn send_chunk<E: BatchEntry>(
     link: Arc<Link>,
     gate: Option<ReplicationGate>,
+    shared: E::Shared,
     entries: Arc<Vec<E>>,
     replies: Vec<oneshot::Sender<Sent>>,
     done: Done<E>,
 ) {
     let _done = done;
     let sent = link
-        .eval_in_term(&BatchCall { entries: &entries }, gate)
+        .eval_in_term(
+            &BatchCall {
+                shared,
+                entries: &entries,
+            },
+            gate,
+        )
         .await;
     match sent {
         Err(Failure::Unavailable(refused))
@@ -347,6 +363,7 @@ async fn send_chunk<E: BatchEntry>(
                 async move {
                     link.eval_in_term(
                         &BatchCall {
+                            shared,
                             entries: std::slice::from_ref(entry),
                         },
                         gate,

@@ -1,11 +1,12 @@
 //! The server's eviction policy, read once per backend: some policies can end leases early.
 //!
 //! Under `maxmemory`, a `volatile-*` policy evicts keys that have a TTL, and every live lease
-//! has one; an `allkeys-*` policy evicts any key, fence counters too. An evicted lease ends
-//! before its holder's validity says so: the next renewal (or the release) finds it gone and
-//! reports a loss, but another holder may have been granted it in between. An evicted counter
-//! costs nothing: fences never go below the server's clock. Only `noeviction` (the default)
-//! is safe; the backend warns once, through `tracing`, when the policy is anything else.
+//! has one, as every fence counter does (its idle expiry); an `allkeys-*` policy evicts any
+//! key. An evicted lease ends before its holder's validity says so: the next renewal (or the
+//! release) finds it gone and reports a loss, but another holder may have been granted it in
+//! between. An evicted counter costs nothing: fences never go below the server's clock. Only
+//! `noeviction` (the default) is safe; the backend warns once, through `tracing`, when the
+//! policy is anything else.
 
 use std::time::Duration;
 

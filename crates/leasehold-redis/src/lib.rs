@@ -119,7 +119,9 @@
 //! from a configuration file.
 //! Each operation is one script run by EVALSHA (one round trip once the scripts are cached),
 //! atomic on the server. Acquire increments a per-resource fence counter on every new grant and
-//! stores the fence with the lease; renew and release act only on the exact grant.
+//! stores the fence with the lease; renew and release act only on the exact grant. A counter
+//! expires once idle ([`RedisSettings::with_counter_idle_expiry`], 7 days by default): fences
+//! never go below the server's clock, so the next one is higher without it.
 //!
 //! Every Redis error is mapped into the port's vocabulary: refused before running (READONLY,
 //! LOADING, BUSY, MASTERDOWN, NOPERM, OOM, …) or never sent (no connection) is `Unavailable`;

@@ -7,7 +7,9 @@ use leasehold::{Error, ErrorKind, Failure, Indeterminate, IndeterminateCause};
 /// Settings of a [`crate::RedisBackend`].
 ///
 /// Defaults are those of the original design: command timeout 200 ms, contention retry-after
-/// fallback 50 ms; namespace `leasehold`, key version `v1`, at most 1024 commands in flight.
+/// fallback 50 ms; namespace `leasehold`, key version `v1`, at most 1024 commands in flight;
+/// and fence counters that expire after 7 days idle
+/// ([`with_counter_idle_expiry`](Self::with_counter_idle_expiry)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisSettings {
     namespace: String,
@@ -16,6 +18,7 @@ pub struct RedisSettings {
     connect_timeout: Duration,
     retry_after_fallback: Duration,
     max_in_flight: usize,
+    counter_idle_expiry: Duration,
     replication: Option<ReplicationGate>,
     tls_root: Option<RootCertificates>,
     transport: Transport,
@@ -100,12 +103,24 @@ impl Default for RedisSettings {
             connect_timeout: Duration::from_millis(1000),
             retry_after_fallback: Duration::from_millis(50),
             max_in_flight: 1024,
+            counter_idle_expiry: DEFAULT_COUNTER_IDLE_EXPIRY,
             replication: None,
             tls_root: None,
             transport: Transport::Direct,
         }
     }
 }
+
+/// How long a fence counter is kept after its last grant, by default: a week.
+const DEFAULT_COUNTER_IDLE_EXPIRY: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The shortest counter idle expiry. The TTL counts from the script's start and the fence is
+/// the clock read a little later, so the idle time must dwarf a script's run (microseconds to
+/// a few milliseconds); a second does, and nothing needs a counter to go sooner.
+const MIN_COUNTER_IDLE_EXPIRY: Duration = Duration::from_secs(1);
+
+/// The longest counter idle expiry: a year, longer than any reason to keep an idle counter.
+const MAX_COUNTER_IDLE_EXPIRY: Duration = Duration::from_secs(365 * 24 * 3600);
 
 fn invalid(message: String) -> Error {
     Error::new(ErrorKind::InvalidSetting, message)
@@ -237,6 +252,45 @@ impl RedisSettings {
         Ok(self)
     }
 
+    /// Sets how long a lease's fence counter is kept once nothing has been granted on it:
+    /// from 1 s to 365 days, in whole milliseconds; 7 days by default.
+    ///
+    /// Every grant writes its resource's counter (the lease key with `:fence`) with this TTL,
+    /// so a resource granted once and never again does not keep a key for ever. Letting it
+    /// expire is safe because of the clock floor: a new grant's fence is
+    /// `max(counter + 1, the server's clock in microseconds)`, so the counter holds the
+    /// server's clock at the last grant (or just above it), and once it has been idle this
+    /// long the clock is past it by as much: the next fence is above every one before it
+    /// without the counter. A counter found ahead of the clock (two grants in one
+    /// microsecond, one set far ahead by hand) is kept this long past the moment the clock
+    /// reaches it, not past now.
+    ///
+    /// It assumes what the floor assumes after any lost counter: that the server's clock is
+    /// not stepped back by more than the idle time, nor a server that takes over after a
+    /// failover behind the old one by more. NTP-kept clocks are within milliseconds. Clients
+    /// with different values are safe together: each grant sets the TTL its own client asks
+    /// for.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidSetting`] if below 1 s, above 365 days, or with a sub-millisecond
+    /// part (the script sets the TTL with `PX`).
+    pub fn with_counter_idle_expiry(mut self, idle: Duration) -> Result<Self, Error> {
+        if !(MIN_COUNTER_IDLE_EXPIRY..=MAX_COUNTER_IDLE_EXPIRY).contains(&idle) {
+            return Err(invalid(format!(
+                "counter idle expiry must be from {MIN_COUNTER_IDLE_EXPIRY:?} to \
+                 {MAX_COUNTER_IDLE_EXPIRY:?}, got {idle:?}"
+            )));
+        }
+        if !idle.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(invalid(format!(
+                "counter idle expiry must be a whole number of milliseconds, got {idle:?}"
+            )));
+        }
+        self.counter_idle_expiry = idle;
+        Ok(self)
+    }
+
     /// Gates grants and renewals on replication: after the script, on the same connection,
     /// `WAIT replicas timeout` runs, and a grant or renewal that fewer than `replicas` replicas
     /// confirmed within `timeout` is `Indeterminate` (`NotReplicated`) rather than applied.
@@ -336,6 +390,17 @@ impl RedisSettings {
     pub fn max_in_flight(&self) -> usize {
         self.max_in_flight
     }
+
+    /// Returns how long a fence counter is kept once idle.
+    pub fn counter_idle_expiry(&self) -> Duration {
+        self.counter_idle_expiry
+    }
+
+    /// The counter idle expiry as `acquire.lua` takes it: whole milliseconds, which the setter
+    /// checked, and at most a year's, far inside `u64`.
+    pub(crate) fn counter_idle_expiry_millis(&self) -> u64 {
+        u64::try_from(self.counter_idle_expiry.as_millis()).unwrap_or(u64::MAX)
+    }
 }
 
 /// Returns true if and only if no gate is set, or enough replicas confirmed.
@@ -367,6 +432,33 @@ mod tests {
         assert_eq!(s.retry_after_fallback(), Duration::from_millis(50));
         assert_eq!(s.namespace(), "leasehold");
         assert_eq!(s.key_version(), "v1");
+        assert_eq!(s.counter_idle_expiry(), Duration::from_secs(7 * 24 * 3600));
+    }
+
+    #[test]
+    fn the_counter_idle_expiry_is_bounded_and_whole_milliseconds() {
+        let s = RedisSettings::default();
+        let day = Duration::from_secs(24 * 3600);
+        for refused in [
+            Duration::ZERO,
+            Duration::from_millis(999),
+            365 * day + Duration::from_millis(1),
+            Duration::MAX,
+            Duration::from_micros(1_500_500),
+        ] {
+            let err = s.clone().with_counter_idle_expiry(refused).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidSetting, "{refused:?}");
+            assert!(err.to_string().contains("counter idle expiry"), "{err}");
+        }
+        for taken in [
+            Duration::from_secs(1),
+            Duration::from_millis(1_500),
+            day,
+            365 * day,
+        ] {
+            let set = s.clone().with_counter_idle_expiry(taken).unwrap();
+            assert_eq!(set.counter_idle_expiry(), taken);
+        }
     }
 
     #[test]

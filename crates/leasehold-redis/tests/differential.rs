@@ -99,3 +99,40 @@ async fn the_simulation_agrees_with_real_redis() {
          simulation and redis-server agree"
     );
 }
+
+/// The simulation keeps fence counters as the Redis backend has them kept: the same default
+/// idle expiry, and the same values refused (`acquire.lua` and the simulation then set the
+/// same TTL, the idle expiry plus the fence's lead over the clock; `fences_survive.rs` and the
+/// simulation's `sim_fences.rs` test each).
+#[test]
+fn the_simulation_keeps_idle_counters_as_long_as_redis() {
+    use std::time::Duration;
+
+    let sim = || {
+        leasehold_sim::SimServer::new(leasehold_redis::leasehold::ManualClock::new())
+            .connect(Duration::from_millis(200))
+    };
+    let redis = RedisSettings::default();
+    assert_eq!(sim().counter_idle_expiry(), redis.counter_idle_expiry());
+    let day = Duration::from_secs(24 * 3600);
+    for idle in [
+        Duration::ZERO,
+        Duration::from_millis(999),
+        Duration::from_secs(1),
+        Duration::from_micros(1_500_500),
+        Duration::from_millis(1_501),
+        365 * day,
+        365 * day + Duration::from_millis(1),
+    ] {
+        let (in_sim, in_redis) = (
+            sim()
+                .with_counter_idle_expiry(idle)
+                .map(|b| b.counter_idle_expiry()),
+            redis
+                .clone()
+                .with_counter_idle_expiry(idle)
+                .map(|s| s.counter_idle_expiry()),
+        );
+        assert_eq!(in_sim.ok(), in_redis.ok(), "{idle:?}");
+    }
+}

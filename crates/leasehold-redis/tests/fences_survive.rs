@@ -7,6 +7,10 @@
 //! plain `INCR` the counter starts again from what survived: the restart, `FLUSHALL` and
 //! failover-window tests then fail every time, the plain failover test in most runs.
 //!
+//! A counter also goes by design: every grant gives it a TTL of the counter idle expiry
+//! (`RedisSettings::with_counter_idle_expiry`), and the fences after it has expired rise all
+//! the same; one that was ahead of the clock is kept until the clock has passed it.
+//!
 //! Every test prints its figures (`--no-capture`). `LEASEHOLD_SOAK_FAILOVERS` sets the number
 //! of forced failovers of each Sentinel test (default 20); `make soak` runs 100.
 
@@ -15,8 +19,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{client, request};
-use leasehold_redis::leasehold::{AcquireOutcome, FenceToken, LeaseHandle, ReleaseOutcome};
-use leasehold_redis::{RedisBackend, RedisLeases};
+use leasehold_redis::leasehold::{
+    AcquireOutcome, FenceToken, HolderName, LeaseHandle, ReleaseOutcome,
+};
+use leasehold_redis::{RedisBackend, RedisLeases, RedisSettings};
 use test_support::{RedisSentinel, RedisServer, Reply, sentinel::SERVICE};
 
 /// Long enough to outlive a retry loop; a grant whose release was not confirmed blocks the
@@ -298,4 +304,179 @@ async fn fences_rise_when_grants_land_on_a_master_being_replaced() {
         in_window > 0,
         "no grant reached the former master while it was being replaced"
     );
+}
+
+/// A client of `server` whose grants give counters a TTL of `idle`.
+fn idle_client(server: &RedisServer, idle: Duration) -> RedisLeases {
+    let settings = RedisSettings::default()
+        .with_counter_idle_expiry(idle)
+        .expect("a valid idle expiry");
+    common::client_with(server, settings)
+}
+
+/// The counter's PTTL in milliseconds; panics unless it is there with a TTL from `above` to
+/// `at_most`.
+fn counter_pttl_within(server: &RedisServer, counter: &str, above: u128, at_most: u128) -> i64 {
+    let pttl = common::pttl(server, counter);
+    assert!(
+        pttl > 0 && (above..=at_most).contains(&u128::try_from(pttl).unwrap()),
+        "{counter}: PTTL {pttl} ms, wanted from {above} to {at_most}"
+    );
+    pttl
+}
+
+/// Waits (bounded, looking every 10 ms) until `key` is gone from `server`: a key with a TTL
+/// goes within it, as Redis checks the expiry on every access.
+async fn until_gone(server: &RedisServer, key: &str, within: Duration) {
+    common::eventually(&format!("{key} gone"), within, || {
+        holds(server, key) == Some(false)
+    })
+    .await;
+}
+
+/// Every form of the acquire sends the idle expiry, and the grant leaves the counter a TTL of
+/// it: the single call with and without its optional arguments, and a batch. The release
+/// leaves the counter alone.
+#[tokio::test]
+async fn every_grant_gives_its_counter_a_ttl_of_the_idle_expiry() {
+    let server = RedisServer::start();
+    let default = client(&server);
+    let idle = Duration::from_secs(90);
+    let short = idle_client(&server, idle);
+    default.backend().warm_up().await.unwrap();
+    short.backend().warm_up().await.unwrap();
+    // A test's grant takes milliseconds: a TTL more than 5 s short of the idle expiry is not it.
+    let slack = 5_000;
+    for (client, idle, name) in [
+        (
+            &default,
+            RedisSettings::default().counter_idle_expiry(),
+            "default",
+        ),
+        (&short, idle, "short"),
+    ] {
+        let idle_ms = idle.as_millis();
+        // The single call, alone.
+        let resource = format!("idle/{name}/single");
+        let lease = grant(client, &resource, "op").await;
+        let counter = fence_key(client, &resource);
+        let pttl = counter_pttl_within(&server, &counter, idle_ms - slack, idle_ms);
+        release(lease).await;
+        assert!(
+            common::pttl(&server, &counter) <= pttl,
+            "the release moved the TTL"
+        );
+        counter_pttl_within(&server, &counter, idle_ms - slack, idle_ms);
+
+        // The single call with a minimum hold and a holder name (its optional arguments).
+        let resource = format!("idle/{name}/named");
+        let req = request(client, &resource, "op", LEASE_TTL)
+            .with_min_hold(Duration::from_millis(10))
+            .unwrap()
+            .with_holder_name(HolderName::new("web-1").unwrap());
+        let lease = client.try_acquire(&req).await.into_handle().expect("free");
+        counter_pttl_within(
+            &server,
+            &fence_key(client, &resource),
+            idle_ms - slack,
+            idle_ms,
+        );
+        release(lease).await;
+
+        // A batch: the first goes alone, the three that start while it is in flight together.
+        let resources: Vec<String> = (0..4).map(|i| format!("idle/{name}/batch-{i}")).collect();
+        let requests: Vec<_> = resources
+            .iter()
+            .map(|r| request(client, r, "op", LEASE_TTL))
+            .collect();
+        let before = server.commandstats();
+        let (alone, together) = tokio::join!(
+            client.try_acquire(&requests[0]),
+            futures_util::future::join_all(requests[1..].iter().map(|r| client.try_acquire(r)))
+        );
+        let calls = common::delta(&before, &server.commandstats());
+        assert_eq!(calls.get("evalsha"), Some(&2), "one batch: {calls:?}");
+        let leases: Vec<_> = std::iter::once(alone)
+            .chain(together)
+            .map(|outcome| outcome.into_handle().expect("free"))
+            .collect();
+        for resource in &resources {
+            counter_pttl_within(
+                &server,
+                &fence_key(client, resource),
+                idle_ms - slack,
+                idle_ms,
+            );
+        }
+        for lease in leases {
+            release(lease).await;
+        }
+    }
+}
+
+/// With an idle expiry of a second, each cycle grants, releases and waits until the counter is
+/// gone: every new fence is above all before it, taken from the clock. A counter set ahead of
+/// the clock is continued, and kept until the clock has passed it (by the idle expiry), not for
+/// the idle expiry from the grant: the fence after it is above it too. A script that forgot the
+/// counter's value, took no floor from the clock or let a counter ahead of the clock go after
+/// the idle expiry fails here.
+#[tokio::test]
+async fn fences_rise_across_counters_that_expired_idle() {
+    let started = Instant::now();
+    let server = RedisServer::start();
+    let idle = Duration::from_secs(1);
+    let client = idle_client(&server, idle);
+    let resource = "idle/expired";
+    let counter = fence_key(&client, resource);
+    let mut fences = Fences::default();
+    for cycle in 0..3 {
+        let lease = grant(&client, resource, &format!("op-{cycle}")).await;
+        fences.record(format!("cycle {cycle}"), lease.fence());
+        release(lease).await;
+        assert_eq!(holds(&server, &counter), Some(true), "cycle {cycle}");
+        until_gone(&server, &counter, idle + Duration::from_secs(5)).await;
+    }
+
+    fences.check("idle counters, taken from the clock", started);
+
+    // Three seconds ahead of the clock: only the counter knows the fence it gives now.
+    let lead = Duration::from_secs(3);
+    let ahead = common::server_micros(&server) + u64::try_from(lead.as_micros()).unwrap();
+    server.cmd(&["SET", &counter, &ahead.to_string()]);
+    let lease = grant(&client, resource, "op-ahead").await;
+    assert_eq!(
+        lease.fence().get(),
+        ahead + 1,
+        "the counter was not continued"
+    );
+    fences.record("ahead of the clock".into(), lease.fence());
+    release(lease).await;
+    // The idle expiry plus the fence's lead over the clock, which the grant took a little of.
+    let (idle_ms, lead_ms) = (idle.as_millis(), lead.as_millis());
+    counter_pttl_within(
+        &server,
+        &counter,
+        idle_ms + lead_ms - 1_000,
+        idle_ms + lead_ms + 1,
+    );
+    until_gone(&server, &counter, idle + lead + Duration::from_secs(5)).await;
+    // Gone only once the clock had been past its fence for the idle expiry (less the
+    // moment between the script's start, which its TTL counts from, and its read of the clock).
+    let clock = common::server_micros(&server);
+    let idle_us = u64::try_from(idle.as_micros()).unwrap();
+    assert!(
+        clock + 5_000 >= ahead + 1 + idle_us,
+        "the counter went at {clock} µs, before the clock had been past its fence {} for {idle:?}",
+        ahead + 1
+    );
+    for cycle in 0..2 {
+        let lease = grant(&client, resource, &format!("op-after-{cycle}")).await;
+        fences.record(
+            format!("after the counter ahead, cycle {cycle}"),
+            lease.fence(),
+        );
+        release(lease).await;
+        until_gone(&server, &counter, idle + Duration::from_secs(5)).await;
+    }
+    fences.check("idle counters", started);
 }

@@ -58,6 +58,7 @@ pub struct SentRequest {
 pub struct SimBackend {
     server: SimServer,
     command_timeout: Duration,
+    counter_idle_expiry: Duration,
     faults: Mutex<VecDeque<Fault>>,
     sent: Mutex<Vec<SentRequest>>,
 }
@@ -67,9 +68,46 @@ impl SimBackend {
         Self {
             server,
             command_timeout,
+            counter_idle_expiry: Self::DEFAULT_COUNTER_IDLE_EXPIRY,
             faults: Mutex::new(VecDeque::new()),
             sent: Mutex::new(Vec::new()),
         }
+    }
+
+    /// How long a fence counter is kept after its last grant unless
+    /// [`with_counter_idle_expiry`](Self::with_counter_idle_expiry) says otherwise: 7 days, the
+    /// default of `leasehold_redis::RedisSettings::counter_idle_expiry`.
+    pub const DEFAULT_COUNTER_IDLE_EXPIRY: Duration = Duration::from_secs(7 * 24 * 3600);
+
+    /// Sets how long a fence counter is kept after the last grant this connection makes on it,
+    /// as `leasehold_redis::RedisSettings::with_counter_idle_expiry` does for Redis, within the
+    /// same bounds: from 1 s to 365 days, in whole milliseconds. Each grant sets the counter's
+    /// TTL to it (plus the fence's lead over the server's clock, when the counter is ahead of
+    /// it), so a test on virtual time can let a counter expire and see the next fence still
+    /// rise, taken from the clock.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidSetting`](leasehold::ErrorKind::InvalidSetting) if below 1 s,
+    /// above 365 days, or with a sub-millisecond part.
+    pub fn with_counter_idle_expiry(mut self, idle: Duration) -> Result<Self, leasehold::Error> {
+        let (min, max) = (Duration::from_secs(1), Duration::from_secs(365 * 24 * 3600));
+        if !(min..=max).contains(&idle) || !idle.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(leasehold::Error::new(
+                leasehold::ErrorKind::InvalidSetting,
+                format!(
+                    "counter idle expiry must be whole milliseconds from {min:?} to {max:?}, \
+                     got {idle:?}"
+                ),
+            ));
+        }
+        self.counter_idle_expiry = idle;
+        Ok(self)
+    }
+
+    /// Returns how long a fence counter is kept after this connection's last grant on it.
+    pub fn counter_idle_expiry(&self) -> Duration {
+        self.counter_idle_expiry
     }
 
     /// An inspection; with `mark`, a watch's, which marks the grant found (`inspect.lua`
@@ -232,6 +270,7 @@ impl LeaseBackend for SimBackend {
                 holder_name: request.holder_name().cloned(),
                 write: mode == leasehold::RwMode::Write,
                 heartbeat_ms,
+                counter_idle_ms: millis(self.counter_idle_expiry),
             }),
             (None, Some(capacity)) => WireOp::AcquirePermit(PermitAcquire {
                 base: semaphore_of(request.purpose(), request.resource()),
@@ -242,6 +281,7 @@ impl LeaseBackend for SimBackend {
                 holder_name: request.holder_name().cloned(),
                 capacity,
                 heartbeat_ms,
+                counter_idle_ms: millis(self.counter_idle_expiry),
             }),
             (None, None) => self.lease_acquire(request),
         };
@@ -384,6 +424,7 @@ impl SimBackend {
             ttl_ms: millis(request.ttl()),
             min_hold_ms: millis(request.min_hold().unwrap_or_default()),
             holder_name: request.holder_name().cloned(),
+            counter_idle_ms: millis(self.counter_idle_expiry),
         }
     }
 

@@ -1,5 +1,5 @@
-//! The server's keys: lease keys with their values and expiries, fence counters, and Redis's
-//! rule for when a key is gone.
+//! The server's keys: lease keys with their values and expiries, fence counters with theirs,
+//! and Redis's rule for when a key is gone.
 //!
 //! Keys are named as the adapter names them, without its namespace and key version:
 //! `<purpose>:{<digest>}` for the lease and the same with `:fence` for its counter. A lease's
@@ -74,12 +74,22 @@ pub enum ForeignValue {
     String,
 }
 
+/// A fence counter: the last fence it gave, and when it expires by the server's clock in
+/// milliseconds. Every grant sets its TTL (the counter idle expiry, as `acquire.lua` does); one
+/// set by hand ([`SimServer::set_fence_counter`](crate::SimServer::set_fence_counter), as
+/// `SET` would) has none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counter {
+    pub(crate) value: u64,
+    pub(crate) expires_at_ms: Option<i64>,
+}
+
 /// Every key on the server: lease keys and fence counters, and values leasehold did not
 /// write. Cloned whole for the snapshots a lossy failover goes back to.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub(crate) struct Keyspace {
     pub(crate) leases: BTreeMap<String, Stored>,
-    pub(crate) fences: BTreeMap<String, u64>,
+    pub(crate) fences: BTreeMap<String, Counter>,
     /// Values planted at lease keys or fence counters, by key: a key is in at most one of the
     /// three maps.
     pub(crate) foreign: BTreeMap<String, ForeignValue>,
@@ -110,5 +120,15 @@ impl Keyspace {
             }
             other => other.cloned(),
         }
+    }
+
+    /// Returns the fence counter at `key` at `now` (server milliseconds), unless it has
+    /// expired, by the same rule as a lease. An expired one is left in the map: no reader can
+    /// see it, and the next grant writes over it.
+    pub(crate) fn counter(&self, key: &str, now: i64) -> Option<u64> {
+        self.fences
+            .get(key)
+            .filter(|counter| counter.expires_at_ms.is_none_or(|at| now <= at))
+            .map(|counter| counter.value)
     }
 }

@@ -4,11 +4,12 @@
 //! replays the same attempt (same fence, the *remaining* PTTL), or names the holder; renew and
 //! release act only for the exact stored (fence, token, operation); PTTLs are whole
 //! milliseconds. A new grant's fence is `max(counter + 1, server clock in microseconds)`, and
-//! the counter becomes that fence; a counter at [`FenceToken::MAX`] (or above, which is no
-//! fence) fails the acquire definitely, with nothing written. A value a test planted at a lease
-//! key or a counter ([`ForeignValue`]) is refused as the scripts refuse one, whatever its size:
-//! acquire with [`UnusableKey`], renew `Lost(OtherHolder)`, release `NotOwner`, and nothing
-//! written.
+//! the counter becomes that fence, with a TTL of the connection's counter idle expiry (plus the
+//! fence's lead over the clock, when it is ahead: `counter_ttl_ms`); a counter at
+//! [`FenceToken::MAX`] (or above, which is no fence) fails the acquire definitely, with nothing
+//! written. A value a test planted at a lease key or a counter ([`ForeignValue`]) is refused as
+//! the scripts refuse one, whatever its size: acquire with [`UnusableKey`], renew
+//! `Lost(OtherHolder)`, release `NotOwner`, and nothing written.
 //!
 //! A minimum hold works as in the scripts: a grant's TTL is `max(ttl, hold)`, a renewal's
 //! `max(ttl, hold left)`, and a release before the hold ends keeps the key as a released
@@ -27,8 +28,8 @@ use leasehold::{
 };
 
 use crate::RequestKind;
-use crate::keyspace::{ForeignValue, Keyspace, RELEASED, Stored, fence_key};
-use crate::semaphore::{IDLE_EXPIRY_MS, PermitAcquire, PermitRelease, RwAcquire, RwDowngrade};
+use crate::keyspace::{Counter, ForeignValue, Keyspace, RELEASED, Stored, fence_key};
+use crate::semaphore::{PermitAcquire, PermitRelease, RwAcquire, RwDowngrade};
 use crate::state::ServerState;
 use crate::units::{duration_ms, millis};
 
@@ -46,6 +47,8 @@ pub(crate) enum WireOp {
         /// Zero for none.
         min_hold_ms: i64,
         holder_name: Option<HolderName>,
+        /// The counter idle expiry the client sends.
+        counter_idle_ms: i64,
     },
     Renew {
         key: String,
@@ -106,6 +109,7 @@ impl ServerState {
                 ttl_ms,
                 min_hold_ms,
                 holder_name,
+                counter_idle_ms,
             } => match (
                 unusable_lease(&self.keyspace, key),
                 self.keyspace.live(key, now),
@@ -113,11 +117,11 @@ impl ServerState {
                 // A value leasehold did not write is refused before anything else is read.
                 (Some(what), _) => Applied::Acquire(AcquireReply::Failed(refused(what))),
                 (None, None) => {
-                    if let Some(unusable) = unusable_counter_of(&self.keyspace, key) {
+                    if let Some(unusable) = unusable_counter_of(&self.keyspace, key, now) {
                         return Applied::Acquire(AcquireReply::Failed(refused(unusable)));
                     }
                     let counter_key = fence_key(key);
-                    let counter = self.keyspace.fences.get(&counter_key).copied().unwrap_or(0);
+                    let counter = self.keyspace.counter(&counter_key, now).unwrap_or(0);
                     // A clock beyond the fence range (or before its origin) adds nothing.
                     let clock = u64::try_from(now_us)
                         .unwrap_or(0)
@@ -125,7 +129,17 @@ impl ServerState {
                     let fence = (counter + 1).max(clock);
                     let px = (*ttl_ms).max(*min_hold_ms);
                     self.before_write();
-                    self.keyspace.fences.insert(counter_key, fence);
+                    self.keyspace.fences.insert(
+                        counter_key,
+                        Counter {
+                            value: fence,
+                            expires_at_ms: Some(now.saturating_add(counter_ttl_ms(
+                                fence,
+                                now_us,
+                                *counter_idle_ms,
+                            ))),
+                        },
+                    );
                     self.keyspace.leases.insert(
                         key.clone(),
                         Stored {
@@ -202,9 +216,9 @@ impl ServerState {
                 }
             },
             WireOp::Release { key, exact } => self.release(key, exact, now_us),
-            WireOp::AcquirePermit(permit) => self.acquire_permit(permit, now_us, IDLE_EXPIRY_MS),
+            WireOp::AcquirePermit(permit) => self.acquire_permit(permit, now_us),
             WireOp::ReleasePermit(permit) => self.release_permit(permit, now_us),
-            WireOp::AcquireRw(rw) => self.acquire_rw(rw, now_us, IDLE_EXPIRY_MS),
+            WireOp::AcquireRw(rw) => self.acquire_rw(rw, now_us),
             WireOp::Downgrade(rw) => self.downgrade_rw(rw, now_us),
             WireOp::ReleaseAttempt {
                 key,
@@ -269,6 +283,21 @@ impl ServerState {
     }
 }
 
+/// The TTL a grant gives its counter, as `acquire.lua` sets it: the idle expiry, plus the
+/// fence's lead over the clock (`now_us`) in milliseconds rounded up when the fence is ahead of
+/// it, so that a counter the clock has not reached yet lasts until the clock has been past it
+/// for the idle expiry. With the clock floor, the counter is needed no longer.
+pub(crate) fn counter_ttl_ms(fence: u64, now_us: i64, idle_ms: i64) -> i64 {
+    let lead_us = i128::from(fence) - i128::from(now_us);
+    // Ceiling division, as the script's math.ceil.
+    let lead_ms = if lead_us > 0 {
+        (lead_us + 999) / 1000
+    } else {
+        0
+    };
+    i64::try_from(i128::from(idle_ms) + lead_ms).unwrap_or(i64::MAX)
+}
+
 /// What is left of `stored`'s minimum hold at `now_us`, in whole milliseconds rounded up: 0
 /// if it has none or it has ended, and at most [`MAX_TTL`] (a clock stepped back).
 fn hold_left_ms(stored: &Stored, now_us: i64) -> i64 {
@@ -304,17 +333,21 @@ pub(crate) fn unusable_lease(keyspace: &Keyspace, key: &str) -> Option<UnusableK
 
 /// Returns what is wrong with the fence counter beside lease key `key`, so that no new grant
 /// can follow it, if anything: what `acquire.lua` refuses a free lease for, and `inspect.lua`
-/// reports for one.
-pub(crate) fn unusable_counter_of(keyspace: &Keyspace, key: &str) -> Option<UnusableKey> {
-    unusable_counter_at(keyspace, &fence_key(key))
+/// reports for one, at `now` (server milliseconds).
+pub(crate) fn unusable_counter_of(keyspace: &Keyspace, key: &str, now: i64) -> Option<UnusableKey> {
+    unusable_counter_at(keyspace, &fence_key(key), now)
 }
 
-/// Returns what is wrong with the fence counter at `counter_key`, if anything.
-pub(crate) fn unusable_counter_at(keyspace: &Keyspace, counter_key: &str) -> Option<UnusableKey> {
+/// Returns what is wrong with the fence counter at `counter_key` at `now`, if anything.
+pub(crate) fn unusable_counter_at(
+    keyspace: &Keyspace,
+    counter_key: &str,
+    now: i64,
+) -> Option<UnusableKey> {
     match keyspace.foreign.get(counter_key) {
         Some(ForeignValue::OtherType) => Some(UnusableKey::CounterWrongType),
         Some(ForeignValue::String) => Some(UnusableKey::CounterNotAFence),
-        None => unusable_counter(keyspace.fences.get(counter_key).copied().unwrap_or(0)),
+        None => unusable_counter(keyspace.counter(counter_key, now).unwrap_or(0)),
     }
 }
 

@@ -11,17 +11,13 @@
 use leasehold::backend::{AcquireReply, DowngradeReply, GrantReply, ReleaseReply};
 use leasehold::{Contention, FenceToken, HolderName, LossCause};
 
-use crate::keyspace::{Keyspace, Stored};
-use crate::script::{Applied, Exact, refused, unusable_lease};
+use crate::keyspace::{Counter, Keyspace, Stored};
+use crate::script::{Applied, Exact, counter_ttl_ms, refused, unusable_lease};
 use crate::state::ServerState;
 use crate::units::duration_ms;
 
 /// The most lapsed places one acquire drops, as the script's `DROPPED_PER_CALL`.
 const DROPPED_PER_CALL: usize = 64;
-
-/// How long the capacity record and the counter live after their last use unless a test says
-/// otherwise: the Redis settings' default.
-pub(crate) const IDLE_EXPIRY_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 
 /// A semaphore's record on the server: its capacity, how many slots an acquire looks at,
 /// and its queue. No `Debug`: the queue holds owner tokens.
@@ -64,6 +60,8 @@ pub(crate) struct PermitAcquire {
     pub(crate) capacity: u32,
     /// Zero for a try that takes no place in the queue.
     pub(crate) heartbeat_ms: i64,
+    /// The counter's and the capacity record's idle expiry.
+    pub(crate) counter_idle_ms: i64,
 }
 
 /// A read/write acquire as the server receives it.
@@ -77,6 +75,8 @@ pub(crate) struct RwAcquire {
     pub(crate) write: bool,
     /// Zero for a try that takes no place in the queue.
     pub(crate) heartbeat_ms: i64,
+    /// The counter's idle expiry.
+    pub(crate) counter_idle_ms: i64,
 }
 
 /// A downgrade as the server receives it: of the writer's grant `exact`.
@@ -160,12 +160,8 @@ fn in_order(queue: &mut [Waiter]) {
 
 impl ServerState {
     /// `semaphore_acquire.lua`.
-    pub(crate) fn acquire_permit(
-        &mut self,
-        op: &PermitAcquire,
-        now_us: i64,
-        idle_ms: i64,
-    ) -> Applied {
+    pub(crate) fn acquire_permit(&mut self, op: &PermitAcquire, now_us: i64) -> Applied {
+        let idle_ms = op.counter_idle_ms;
         let now = now_us.div_euclid(1000);
         let mut record = self.keyspace.semaphore(&op.base, now_us);
         let reply = |r| Applied::Acquire(r);
@@ -228,17 +224,25 @@ impl ServerState {
         let free = op.capacity.saturating_sub(held) as usize;
         if let Some(slot) = free_slot.filter(|_| free > ahead) {
             let counter_key = counter_key(&op.base);
-            if let Some(what) = crate::script::unusable_counter_at(&self.keyspace, &counter_key) {
+            if let Some(what) =
+                crate::script::unusable_counter_at(&self.keyspace, &counter_key, now)
+            {
                 return reply(AcquireReply::Failed(refused(what)));
             }
-            let counter = self.keyspace.fences.get(&counter_key).copied().unwrap_or(0);
+            let counter = self.keyspace.counter(&counter_key, now).unwrap_or(0);
             let clock = u64::try_from(now_us)
                 .unwrap_or(0)
                 .min(FenceToken::MAX.get());
             let fence = (counter + 1).max(clock);
             let px = op.ttl_ms.max(op.min_hold_ms);
             self.before_write();
-            self.keyspace.fences.insert(counter_key, fence);
+            self.keyspace.fences.insert(
+                counter_key,
+                Counter {
+                    value: fence,
+                    expires_at_ms: Some(now.saturating_add(counter_ttl_ms(fence, now_us, idle_ms))),
+                },
+            );
             self.keyspace.leases.insert(
                 slot_key(&op.base, slot),
                 Stored {
@@ -386,7 +390,8 @@ const READERS: u32 = leasehold::request::MAX_READERS;
 
 impl ServerState {
     /// `rw_acquire.lua`.
-    pub(crate) fn acquire_rw(&mut self, op: &RwAcquire, now_us: i64, idle_ms: i64) -> Applied {
+    pub(crate) fn acquire_rw(&mut self, op: &RwAcquire, now_us: i64) -> Applied {
+        let idle_ms = op.counter_idle_ms;
         let now = now_us.div_euclid(1000);
         let mut record = self.keyspace.semaphore(&op.base, now_us);
         let reply = |r| Applied::Acquire(r);
@@ -444,14 +449,16 @@ impl ServerState {
         };
         if admitted {
             let counter_key = counter_key(&op.base);
-            if let Some(what) = crate::script::unusable_counter_at(&self.keyspace, &counter_key) {
+            if let Some(what) =
+                crate::script::unusable_counter_at(&self.keyspace, &counter_key, now)
+            {
                 let reader_at_top =
                     !op.write && what == leasehold::UnusableKey::FenceRangeExhausted;
                 if !reader_at_top {
                     return reply(AcquireReply::Failed(refused(what)));
                 }
             }
-            let counter = self.keyspace.fences.get(&counter_key).copied().unwrap_or(0);
+            let counter = self.keyspace.counter(&counter_key, now).unwrap_or(0);
             let clock = u64::try_from(now_us)
                 .unwrap_or(0)
                 .min(FenceToken::MAX.get());
@@ -466,7 +473,13 @@ impl ServerState {
                 )
             };
             self.before_write();
-            self.keyspace.fences.insert(counter_key, fence);
+            self.keyspace.fences.insert(
+                counter_key,
+                Counter {
+                    value: fence,
+                    expires_at_ms: Some(now.saturating_add(counter_ttl_ms(fence, now_us, idle_ms))),
+                },
+            );
             self.keyspace.leases.insert(
                 key,
                 Stored {
@@ -481,7 +494,6 @@ impl ServerState {
             );
             record.queue.retain(|w| w.token != op.token);
             self.keyspace.semaphores.insert(op.base.clone(), record);
-            let _ = idle_ms;
             let grant = GrantReply::new(
                 FenceToken::new(fence).unwrap_or(FenceToken::MIN),
                 duration_ms(op.ttl_ms),

@@ -26,7 +26,7 @@ use leasehold::{
 };
 
 use crate::backend::SimBackend;
-use crate::keyspace::{ForeignValue, Keyspace, fence_key, key_of};
+use crate::keyspace::{Counter, ForeignValue, Keyspace, fence_key, key_of};
 use crate::oracle::{NonOwnerSuccess, StoredGrant};
 use crate::script::{refused, unusable_counter_of, unusable_lease};
 use crate::state::ServerState;
@@ -243,15 +243,21 @@ impl SimServer {
         state.keyspace.foreign.remove(&key);
     }
 
-    /// Sets a fence counter by hand (as `SET` would), for example to [`FenceToken::MAX`].
-    /// A value above it is not a fence: acquires then fail as the scripts do
-    /// ([`UnusableKey::CounterNotAFence`](leasehold::UnusableKey::CounterNotAFence)).
+    /// Sets a fence counter by hand (as `SET` would, with no TTL), for example to
+    /// [`FenceToken::MAX`]. A value above it is not a fence: acquires then fail as the scripts
+    /// do ([`UnusableKey::CounterNotAFence`](leasehold::UnusableKey::CounterNotAFence)).
     pub fn set_fence_counter(&self, purpose: &Purpose, resource: &ResourceDigest, value: u64) {
         let mut state = self.lock();
         state.before_write();
         let key = fence_key(&key_of(purpose, resource));
         state.keyspace.foreign.remove(&key);
-        state.keyspace.fences.insert(key, value);
+        state.keyspace.fences.insert(
+            key,
+            Counter {
+                value,
+                expires_at_ms: None,
+            },
+        );
     }
 
     /// Puts at the resource's lease key a value leasehold did not write, in place of whatever
@@ -290,10 +296,29 @@ impl SimServer {
         state.keyspace.foreign.insert(key, value);
     }
 
-    /// Returns the fence counter of the resource, if it has one.
+    /// Returns the fence counter of the resource, if it has one: none once it has expired,
+    /// idle for its connection's
+    /// [`counter_idle_expiry`](crate::SimBackend::counter_idle_expiry).
     pub fn fence_counter(&self, purpose: &Purpose, resource: &ResourceDigest) -> Option<u64> {
         let key = fence_key(&key_of(purpose, resource));
-        self.lock().keyspace.fences.get(&key).copied()
+        let state = self.lock();
+        state.keyspace.counter(&key, self.server_now(&state))
+    }
+
+    /// Returns how long the fence counter of the resource has left by the server's clock, in
+    /// whole milliseconds as `PTTL` counts them: `None` if it has no counter (or it expired),
+    /// `Some(None)` if its counter has no TTL (set by hand).
+    pub fn fence_counter_ttl(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+    ) -> Option<Option<Duration>> {
+        let key = fence_key(&key_of(purpose, resource));
+        let state = self.lock();
+        let now = self.server_now(&state);
+        state.keyspace.counter(&key, now)?;
+        let counter = state.keyspace.fences.get(&key)?;
+        Some(counter.expires_at_ms.map(|at| duration_ms(at - now)))
     }
 
     /// Returns the grant the server holds for the resource now, if any. A key kept after
@@ -362,7 +387,7 @@ impl SimServer {
             return refused(what).into();
         }
         let Some(stored) = state.keyspace.live(key, now) else {
-            return match unusable_counter_of(&state.keyspace, key) {
+            return match unusable_counter_of(&state.keyspace, key, now) {
                 Some(what) => refused(what).into(),
                 None => InspectOutcome::Free,
             };

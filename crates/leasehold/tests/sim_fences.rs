@@ -189,3 +189,95 @@ fn a_counter_at_the_top_of_the_fence_range_fails_definitely_and_writes_nothing()
         assert_eq!(server.fence_counter(&purpose(), &resource()), Some(counter));
     }
 }
+
+#[test]
+fn an_idle_counter_expires_and_the_next_fence_still_rises() {
+    let (server, client) = world();
+    let idle = SimBackend::DEFAULT_COUNTER_IDLE_EXPIRY;
+    assert_eq!(client.backend().counter_idle_expiry(), idle);
+    server.advance(Duration::from_millis(5));
+    let first = grant_and_release(&client, "a");
+    assert_eq!(first, 5_000);
+    assert_eq!(
+        server.fence_counter_ttl(&purpose(), &resource()),
+        Some(Some(idle))
+    );
+    // As in Redis, a key is gone once the clock is past its expiry: at PTTL 0 it is there.
+    server.advance(idle);
+    assert_eq!(server.fence_counter(&purpose(), &resource()), Some(first));
+    server.advance(Duration::from_millis(1));
+    assert_eq!(server.fence_counter(&purpose(), &resource()), None);
+    assert_eq!(server.fence_counter_ttl(&purpose(), &resource()), None);
+    // The clock alone keeps the next fence above.
+    let second = grant_and_release(&client, "b");
+    assert_eq!(
+        second,
+        first + 1_000 * (1 + u64::try_from(idle.as_millis()).unwrap())
+    );
+}
+
+#[test]
+fn a_counter_ahead_of_the_clock_is_kept_until_the_clock_has_passed_it_for_the_idle_expiry() {
+    let clock = ManualClock::new();
+    let server = SimServer::new(clock.clone());
+    let idle = Duration::from_secs(1);
+    let backend = server
+        .connect(TIMEOUT)
+        .with_counter_idle_expiry(idle)
+        .expect("a valid idle expiry");
+    let client = LeaseClient::new(backend).with_clock(clock);
+    server.advance(Duration::from_secs(1));
+    // Three seconds ahead of the clock, set by hand: no TTL until a grant writes it.
+    server.set_fence_counter(&purpose(), &resource(), 4_000_000);
+    assert_eq!(
+        server.fence_counter_ttl(&purpose(), &resource()),
+        Some(None)
+    );
+    assert_eq!(grant_and_release(&client, "a"), 4_000_001);
+    // The idle expiry plus the lead, 3,000,001 µs, rounded up to 3,001 ms.
+    let kept = Duration::from_millis(1_000 + 3_001);
+    assert_eq!(
+        server.fence_counter_ttl(&purpose(), &resource()),
+        Some(Some(kept))
+    );
+    server.advance(kept);
+    assert_eq!(
+        server.fence_counter(&purpose(), &resource()),
+        Some(4_000_001)
+    );
+    server.advance(Duration::from_millis(1));
+    assert_eq!(server.fence_counter(&purpose(), &resource()), None);
+    // By then the clock is past the counter by the idle expiry.
+    assert_eq!(grant_and_release(&client, "b"), 5_002_000);
+    // A grant taken from the clock gives the counter the idle expiry alone.
+    assert_eq!(
+        server.fence_counter_ttl(&purpose(), &resource()),
+        Some(Some(idle))
+    );
+}
+
+#[test]
+fn the_counter_idle_expiry_is_bounded_as_redis_settings_bound_it() {
+    let server = SimServer::new(ManualClock::new());
+    let day = Duration::from_secs(24 * 3600);
+    for refused in [
+        Duration::ZERO,
+        Duration::from_millis(999),
+        365 * day + Duration::from_millis(1),
+        Duration::from_micros(1_500_500),
+    ] {
+        let err = server
+            .connect(TIMEOUT)
+            .with_counter_idle_expiry(refused)
+            .unwrap_err();
+        assert_eq!(
+            err.kind(),
+            leasehold::ErrorKind::InvalidSetting,
+            "{refused:?}"
+        );
+    }
+    for taken in [Duration::from_secs(1), day, 365 * day] {
+        let backend = server.connect(TIMEOUT).with_counter_idle_expiry(taken);
+        assert_eq!(backend.expect("taken").counter_idle_expiry(), taken);
+    }
+}

@@ -2,10 +2,11 @@
 //! `release.lua` (`batch.rs` at the crate's root gathers them).
 //!
 //! A batch of one is exactly the script's single call, whose reply is the entry's own; a batch
-//! of more sends each entry's keys, then each entry's arguments, and the script answers one
-//! reply per entry, in order, each what a call of its own would have answered. Only what the
-//! single call would send with its optional arguments at their defaults is batched: an
-//! acquire with a minimum hold or a holder name goes alone.
+//! of more sends each entry's keys, then what every entry shares (acquire's counter idle
+//! expiry) once, then each entry's arguments, and the script answers one reply per entry, in
+//! order, each what a call of its own would have answered. Only what the single call would
+//! send with its optional arguments at their defaults is batched: an acquire with a minimum
+//! hold or a holder name goes alone.
 
 use std::io::Write as _;
 
@@ -19,6 +20,17 @@ use crate::keys::FENCE_SUFFIX;
 pub(crate) trait BatchEntry: Send + Sync + 'static {
     /// The script's single call, whose header names one entry's keys and arguments.
     type Single: ScriptCall;
+
+    /// What every entry of a run shares, sent once ahead of the entries' arguments, where the
+    /// single call sends it: acquire's counter idle expiry; nothing for a release. The same
+    /// for every entry of one backend, so it is the batcher's, not each entry's.
+    type Shared: Copy + Send + Sync + 'static;
+
+    /// Appends `shared`'s arguments.
+    fn push_shared(shared: Self::Shared, cmd: &mut Cmd);
+
+    /// The bytes of `shared`'s arguments, closely.
+    fn shared_len_hint(shared: Self::Shared) -> usize;
 
     /// Appends this entry's keys.
     fn push_keys(&self, cmd: &mut Cmd);
@@ -48,6 +60,16 @@ pub(crate) struct AcquireEntry {
 
 impl BatchEntry for AcquireEntry {
     type Single = AcquireCall<'static>;
+    /// The counter idle expiry in milliseconds.
+    type Shared = u64;
+
+    fn push_shared(idle_in_milliseconds: u64, cmd: &mut Cmd) {
+        idle_in_milliseconds.push_to(cmd);
+    }
+
+    fn shared_len_hint(idle_in_milliseconds: u64) -> usize {
+        idle_in_milliseconds.len_hint()
+    }
 
     fn push_keys(&self, cmd: &mut Cmd) {
         cmd.arg(&self.lease_key);
@@ -81,6 +103,13 @@ pub(crate) struct ReleaseEntry {
 
 impl BatchEntry for ReleaseEntry {
     type Single = ReleaseCall<'static>;
+    type Shared = ();
+
+    fn push_shared(_: (), _: &mut Cmd) {}
+
+    fn shared_len_hint(_: ()) -> usize {
+        0
+    }
 
     fn push_keys(&self, cmd: &mut Cmd) {
         cmd.arg(&self.lease_key);
@@ -96,7 +125,8 @@ impl BatchEntry for ReleaseEntry {
 }
 
 /// One run of a script for every entry of `entries`.
-pub(crate) struct BatchCall<'a, E> {
+pub(crate) struct BatchCall<'a, E: BatchEntry> {
+    pub(crate) shared: E::Shared,
     pub(crate) entries: &'a [E],
 }
 
@@ -113,12 +143,14 @@ impl<E: BatchEntry> ScriptCall for BatchCall<'_, E> {
         for entry in self.entries {
             entry.push_keys(cmd);
         }
+        E::push_shared(self.shared, cmd);
         for entry in self.entries {
             entry.push_args(cmd);
         }
     }
 
     fn args_len(&self) -> usize {
-        self.entries.iter().map(BatchEntry::len_hint).sum()
+        E::shared_len_hint(self.shared)
+            + self.entries.iter().map(BatchEntry::len_hint).sum::<usize>()
     }
 }

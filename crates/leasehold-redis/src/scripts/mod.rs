@@ -650,27 +650,103 @@ mod tests {
         let acquire = AcquireCall {
             lease_key: "lk".to_owned(),
             fence_counter_key: "fk".to_owned(),
+            counter_idle_expiry_in_milliseconds: 604_800_000,
             attempt,
             ttl_in_milliseconds: 1500,
             min_hold_in_milliseconds: 0,
             holder_name: "",
         };
         // Neither a hold nor a name: the two optional arguments are left out.
-        let sent: [&[u8]; 5] = [b"2", b"lk", b"fk", b"tok:op:1", b"1500"];
+        let sent: [&[u8]; 6] = [b"2", b"lk", b"fk", b"604800000", b"tok:op:1", b"1500"];
         assert_eq!(words(&acquire.evalsha())[2..], sent.map(<[u8]>::to_vec));
         // A name without a hold: the hold is sent as its default, to keep the name's place.
         let named = AcquireCall {
             holder_name: "web-1",
             ..acquire
         };
-        let sent: [&[u8]; 7] = [b"2", b"lk", b"fk", b"tok:op:1", b"1500", b"0", b"web-1"];
+        let sent: [&[u8]; 8] = [
+            b"2",
+            b"lk",
+            b"fk",
+            b"604800000",
+            b"tok:op:1",
+            b"1500",
+            b"0",
+            b"web-1",
+        ];
         assert_eq!(words(&named.evalsha())[2..], sent.map(<[u8]>::to_vec));
         let held = AcquireCall {
             min_hold_in_milliseconds: 60_000,
             holder_name: "",
             ..named
         };
-        let sent: [&[u8]; 6] = [b"2", b"lk", b"fk", b"tok:op:1", b"1500", b"60000"];
+        let sent: [&[u8]; 7] = [
+            b"2",
+            b"lk",
+            b"fk",
+            b"604800000",
+            b"tok:op:1",
+            b"1500",
+            b"60000",
+        ];
         assert_eq!(words(&held.evalsha())[2..], sent.map(<[u8]>::to_vec));
+    }
+
+    /// A batch sends every entry's keys, then what the entries share once (acquire's counter
+    /// idle expiry, where the single call has it), then each entry's arguments; a batch of
+    /// one is word for word the single call.
+    #[test]
+    fn a_batch_sends_keys_then_the_shared_argument_then_each_entrys() {
+        let entry = |key: &str, attempt: &str| AcquireEntry {
+            lease_key: key.to_owned(),
+            attempt: attempt.to_owned(),
+            ttl_in_milliseconds: 1500,
+        };
+        let entries = [entry("k1", "tok:op:1"), entry("k2", "tok:op:2")];
+        let batch = BatchCall {
+            shared: 1000,
+            entries: &entries,
+        };
+        let sent: [&[u8]; 10] = [
+            b"4",
+            b"k1",
+            b"k1:fence",
+            b"k2",
+            b"k2:fence",
+            b"1000",
+            b"tok:op:1",
+            b"1500",
+            b"tok:op:2",
+            b"1500",
+        ];
+        assert_eq!(words(&batch.evalsha())[2..], sent.map(<[u8]>::to_vec));
+        let one = BatchCall {
+            shared: 1000,
+            entries: &entries[..1],
+        };
+        let single = AcquireCall {
+            lease_key: "k1".to_owned(),
+            fence_counter_key: "k1:fence".to_owned(),
+            counter_idle_expiry_in_milliseconds: 1000,
+            attempt: AttemptArg {
+                owner_token: "tok",
+                operation_id: "op:1",
+            },
+            ttl_in_milliseconds: 1500,
+            min_hold_in_milliseconds: 0,
+            holder_name: "",
+        };
+        assert_eq!(words(&one.evalsha()), words(&single.evalsha()));
+        // A release shares nothing: its keys, then its grants.
+        let releases = [ReleaseEntry {
+            lease_key: "k1".to_owned(),
+            grant: "5:tok:op:1".to_owned(),
+        }];
+        let release = BatchCall {
+            shared: (),
+            entries: &releases,
+        };
+        let sent: [&[u8]; 3] = [b"1", b"k1", b"5:tok:op:1"];
+        assert_eq!(words(&release.evalsha())[2..], sent.map(<[u8]>::to_vec));
     }
 }

@@ -85,11 +85,10 @@ script_call! {
 script_call! {
     /// Turns the writer's grant into a reader's, with the same fence, in one step.
     struct RwDowngradeCall<'a> runs "rw_downgrade" {
-        KEYS { writer_key, fence_counter_key, queue_key, slot_key_prefix }
+        KEYS { writer_key, queue_key, slot_key_prefix }
         ARGV {
             grant: GrantArg<'a>,
             ttl_in_milliseconds: u64,
-            idle_expiry_in_milliseconds: u64,
             channel: &'a str,
             sharded: bool,
         }
