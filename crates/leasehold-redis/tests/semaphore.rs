@@ -444,3 +444,50 @@ async fn a_released_permit_wakes_a_waiter_at_once() {
     );
     let _ = permit.release().await;
 }
+
+/// After the last permit and waiter, and the idle expiry, the namespace holds no key of the
+/// semaphore (nor of a read/write lease), and fences still only grow across it.
+#[tokio::test]
+async fn an_idle_semaphore_leaves_no_key_behind_and_its_fences_still_grow() {
+    let server = RedisServer::start();
+    let idle = Duration::from_secs(1);
+    let client = common::client_with(&server, settings().with_counter_idle_expiry(idle).unwrap());
+    let ttl = Duration::from_millis(300);
+    let mut last = None;
+    for round in 0..2 {
+        let holder = client.semaphore("idle", 2).ttl(ttl).await.expect("free");
+        let other = client.semaphore("idle", 2).ttl(ttl).await.expect("free");
+        // A waiter that gives up (its place is given back), and one whose place lapses.
+        let gave_up = client
+            .semaphore("idle", 2)
+            .ttl(ttl)
+            .queue_heartbeat(Duration::from_millis(200))
+            .wait(Duration::from_millis(100))
+            .await;
+        assert!(
+            matches!(gave_up, Err(LockError::Contended(_))),
+            "{gave_up:?}"
+        );
+        let fence = other.fence();
+        assert!(
+            last.is_none_or(|l| fence > l),
+            "round {round}: fences went back"
+        );
+        last = Some(fence);
+        let _ = holder.release().await;
+        let _ = other.release().await;
+        let writer = client.write_lock("idle").ttl(ttl).await.expect("free");
+        let reader = writer.downgrade().await.expect("downgraded");
+        let _ = reader.release().await;
+        // Everything of both expires: slots with their grants, the queue with its latest
+        // place, the capacity record and the counters after the idle expiry.
+        eventually(Duration::from_secs(5), "every key expires", || {
+            server
+                .keys()
+                .iter()
+                .all(|k| !k.contains(":sem:") && !k.contains(":rw:"))
+        })
+        .await;
+    }
+    assert!(server.keys().is_empty(), "{:?}", server.keys());
+}
