@@ -120,6 +120,7 @@ bench: redis
 	$(CARGO) bench -q -p leasehold-redis --bench bench_ops
 	$(CARGO) bench -q -p leasehold-redis --bench hotpath_bench
 	$(CARGO) bench -q -p leasehold-redis --bench handoff
+	$(CARGO) bench -q -p leasehold-redis --bench semaphore_bench
 	$(CARGO) bench -q -p leasehold-redis --bench keepalive_bench
 	LEASEHOLD_BENCH_LEASES=200000 LEASEHOLD_BENCH_SECS=20 \
 	  $(CARGO) bench -q -p leasehold-redis --bench keepalive_bench
