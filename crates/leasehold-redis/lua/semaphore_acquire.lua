@@ -31,7 +31,9 @@
 -- ARGV[7]  holder name, "" or absent for none (as acquire.lua)
 --
 -- Fair: waiters are served in the order they began to wait. With f slots free, the waiters
--- at the first f places of the queue may take them, and nobody else; a try that does not
+-- at the first f places of the queue may take them, and nobody else (a waiter at a place at
+-- or past the capacity is refused before any slot is read: the common try of a busy
+-- semaphore); a try that does not
 -- wait, or that begins to wait, is behind every place already taken. A place whose heartbeat
 -- lapsed is dropped before anything is decided (at most 64 per call, the oldest first), so a
 -- waiter that died never keeps the others out for longer than its heartbeat. Every key
@@ -84,6 +86,49 @@ if recorded then
   width = math.max(tonumber(w), capacity)
 end
 
+local time = redis.call('TIME')
+local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local now_text = string.format('%.0f', now_us)
+
+-- Places whose heartbeat lapsed are dropped before anything is decided (a dead waiter keeps
+-- nobody out); read here, dropped once no refusal can follow. (pcall: a queue key of another
+-- type is refused, not raised.)
+local lapsed = redis.pcall('ZRANGEBYSCORE', KEYS[4], '-inf', now_text, 'LIMIT', 0,
+  DROPPED_PER_CALL)
+local place = redis.pcall('ZRANK', KEYS[3], token)
+if (type(lapsed) == 'table' and lapsed.err) or (type(place) == 'table' and place.err) then
+  return {-2, 'semaphore-value'}
+end
+-- A waiter whose place, once the lapsed ones ahead of it are gone, is at or past the capacity
+-- cannot be let in now however many slots are free (only the first f places take f free
+-- slots): it keeps its place, and no slot is read. Most tries of a busy semaphore are these,
+-- and a queued attempt holds no slot, so there is no replay to find.
+if place and heartbeat ~= '0' and place >= capacity then
+  local effective = place
+  for i = 1, #lapsed do
+    local rank = redis.call('ZRANK', KEYS[3], lapsed[i])
+    if lapsed[i] == token then
+      effective = -1
+      break
+    end
+    if rank and rank < place then
+      effective = effective - 1
+    end
+  end
+  if effective >= capacity then
+    if #lapsed > 0 then
+      redis.call('ZREM', KEYS[3], unpack(lapsed))
+      redis.call('ZREM', KEYS[4], unpack(lapsed))
+    end
+    redis.call('ZADD', KEYS[4], string.format('%.0f', now_us + tonumber(heartbeat) * 1000), token)
+    if redis.call('PTTL', KEYS[3]) < tonumber(heartbeat) then
+      redis.call('PEXPIRE', KEYS[3], heartbeat)
+      redis.call('PEXPIRE', KEYS[4], heartbeat)
+    end
+    return {0, math.max(math.floor(tonumber(heartbeat) / 3), 1), effective}
+  end
+end
+
 -- Every slot in turn: the attempt's own grant (a replay), how many are held, the lowest
 -- free one below the capacity, and the held ones' keys for their TTLs.
 local held, free_slot, held_keys, high_held = 0, nil, {}, false
@@ -127,18 +172,6 @@ for k = 0, width - 1 do
   end
 end
 
-local time = redis.call('TIME')
-local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local now_text = string.format('%.0f', now_us)
-
--- Places whose heartbeat lapsed go first: a dead waiter keeps nobody out.
--- (pcall: a queue key of another type is refused, not raised.)
-local lapsed = redis.pcall('ZRANGEBYSCORE', KEYS[4], '-inf', now_text, 'LIMIT', 0,
-  DROPPED_PER_CALL)
-local place = redis.pcall('ZRANK', KEYS[3], token)
-if (type(lapsed) == 'table' and lapsed.err) or (type(place) == 'table' and place.err) then
-  return {-2, 'semaphore-value'}
-end
 if #lapsed > 0 then
   redis.call('ZREM', KEYS[3], unpack(lapsed))
   redis.call('ZREM', KEYS[4], unpack(lapsed))

@@ -172,14 +172,12 @@ pub(crate) fn semaphore_acquire(
         }
         0 => {
             let retry_after = int(items.get(1)).and_then(pttl).ok_or_else(bad)?;
-            int(items.get(2))
-                .filter(|ahead| *ahead >= 0)
+            let ahead = int(items.get(2))
+                .and_then(|ahead| u32::try_from(ahead).ok())
                 .ok_or_else(bad)?;
-            Ok(AcquireReply::Contended(Contention::new(
-                retry_after,
-                None,
-                None,
-            )))
+            Ok(AcquireReply::Contended(
+                Contention::new(retry_after, None, None).with_ahead(ahead),
+            ))
         }
         -3 => {
             let recorded = int(items.get(1))

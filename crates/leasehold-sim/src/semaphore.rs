@@ -175,6 +175,45 @@ impl ServerState {
         let width = record
             .recorded
             .map_or(op.capacity, |r| r.width.max(op.capacity));
+        // Lapsed places, the oldest deadlines first, at most DROPPED_PER_CALL: read first,
+        // dropped once no refusal can follow, as the script does.
+        let mut lapsed: Vec<String> = record
+            .queue
+            .iter()
+            .filter(|w| w.deadline_us <= now_us)
+            .map(|w| (w.deadline_us, w.token.clone()))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .take(DROPPED_PER_CALL)
+            .map(|(_, token)| token)
+            .collect();
+        lapsed.sort_unstable();
+        let drop_lapsed = |record: &mut SemaphoreRecord| {
+            record
+                .queue
+                .retain(|w| lapsed.binary_search(&w.token).is_err());
+        };
+        // A waiter at or past the capacity (the lapsed ahead of it gone) is refused before
+        // any slot is read.
+        if op.heartbeat_ms > 0 && lapsed.binary_search(&op.token).is_err() {
+            let mut kept = record.clone();
+            drop_lapsed(&mut kept);
+            in_order(&mut kept.queue);
+            if let Some(place) = kept.queue.iter().position(|w| w.token == op.token)
+                && place >= op.capacity as usize
+            {
+                let deadline_us = now_us.saturating_add(op.heartbeat_ms.saturating_mul(1000));
+                if let Some(waiter) = kept.queue.iter_mut().find(|w| w.token == op.token) {
+                    waiter.deadline_us = deadline_us;
+                }
+                self.before_write();
+                self.keyspace.semaphores.insert(op.base.clone(), kept);
+                return reply(AcquireReply::Contended(
+                    Contention::new(duration_ms((op.heartbeat_ms / 3).max(1)), None, None)
+                        .with_ahead(u32::try_from(place).unwrap_or(u32::MAX)),
+                ));
+            }
+        }
         let (mut held, mut free_slot, mut soonest, mut high_held) = (0u32, None, None, false);
         for k in 0..width {
             let key = slot_key(&op.base, k);
@@ -208,16 +247,7 @@ impl ServerState {
                 soonest = Some(soonest.map_or(pttl, |s: i64| s.min(pttl)));
             }
         }
-        // Lapsed places first, the oldest deadlines first, at most DROPPED_PER_CALL.
-        let mut lapsed: Vec<usize> = (0..record.queue.len())
-            .filter(|&i| record.queue[i].deadline_us <= now_us)
-            .collect();
-        lapsed.sort_by_key(|&i| (record.queue[i].deadline_us, record.queue[i].token.clone()));
-        lapsed.truncate(DROPPED_PER_CALL);
-        lapsed.sort_unstable_by(|a, b| b.cmp(a));
-        for i in lapsed {
-            record.queue.swap_remove(i);
-        }
+        drop_lapsed(&mut record);
         in_order(&mut record.queue);
         let place = record.queue.iter().position(|w| w.token == op.token);
         let ahead = place.unwrap_or(record.queue.len());
@@ -300,11 +330,10 @@ impl ServerState {
             self.before_write();
             self.keyspace.semaphores.insert(op.base.clone(), record);
         }
-        reply(AcquireReply::Contended(Contention::new(
-            duration_ms(retry_after.unwrap_or(1)),
-            None,
-            None,
-        )))
+        reply(AcquireReply::Contended(
+            Contention::new(duration_ms(retry_after.unwrap_or(1)), None, None)
+                .with_ahead(u32::try_from(ahead).unwrap_or(u32::MAX)),
+        ))
     }
 
     /// `semaphore_release.lua`.
@@ -526,11 +555,10 @@ impl ServerState {
             self.before_write();
             self.keyspace.semaphores.insert(op.base.clone(), record);
         }
-        reply(AcquireReply::Contended(Contention::new(
-            duration_ms(retry_after.unwrap_or(1)),
-            None,
-            None,
-        )))
+        reply(AcquireReply::Contended(
+            Contention::new(duration_ms(retry_after.unwrap_or(1)), None, None)
+                .with_ahead(u32::try_from(ahead).unwrap_or(u32::MAX)),
+        ))
     }
 
     /// `rw_downgrade.lua`.

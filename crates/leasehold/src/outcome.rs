@@ -221,6 +221,9 @@ pub struct Contention {
     /// True if and only if the holder has already released its grant, and the key is kept
     /// only until the grant's minimum hold ends; `retry_after` is then what is left of it.
     pub released: bool,
+    /// For a queued request (a semaphore's permit, a side of a read/write lease): how many
+    /// waiters are before it in the queue, when the server said.
+    pub ahead: Option<u32>,
 }
 
 impl Contention {
@@ -236,7 +239,14 @@ impl Contention {
             fence,
             holder_name: None,
             released: false,
+            ahead: None,
         }
+    }
+
+    /// Returns this contention with how many waiters are before the request in its queue.
+    pub fn with_ahead(mut self, ahead: u32) -> Self {
+        self.ahead = Some(ahead);
+        self
     }
 
     /// Returns this contention with the holder's name.
