@@ -151,7 +151,8 @@ fn indented(examples: &str) -> String {
 pub(crate) enum Command {
     /// Run a command while holding a lease on RESOURCE; stop it if the lease is lost.
     #[command(long_about = RUN_LONG_ABOUT, after_help = exit::SUMMARY, after_long_help = exit::TABLE)]
-    Run(RunArgs),
+    // Boxed: far the largest, and one value per process.
+    Run(Box<RunArgs>),
     /// Print who holds the lease on RESOURCE.
     #[command(long_about = INSPECT_LONG_ABOUT)]
     Inspect(InspectArgs),
@@ -267,6 +268,8 @@ its environment:
 
   LEASEHOLD_FENCE            the fencing token of this grant: a decimal up to 2^63-1 (store it
                              as a 64-bit BIGINT); pass it to every write
+  LEASEHOLD_SLOT             with --capacity only: the permit's slot, 0 to N-1 (a fence orders
+                             the grants of one slot: a target keeps the highest fence per slot)
   LEASEHOLD_RESOURCE_DIGEST  the resource's digest (sha256:...), as stored in Redis
   LEASEHOLD_TTL_MS           the lease's TTL in milliseconds
 
@@ -291,6 +294,13 @@ restart without persistence, a flush, an eviction): until then every other run i
 75). For a run-once job started on several hosts whose clocks differ, a D above the skew makes
 it run once per schedule tick. D only keeps the key: the command is still stopped when the
 lease's TTL runs out unrenewed.
+
+With --capacity N, the run holds one permit of the counting semaphore of N on RESOURCE (consul
+lock -n): at most N runs at once, each on its own slot with its own fence, kept alive, stopped
+and released exactly as a lease is. Waiters (--wait) are served first come, first served across
+hosts, and a waiter that dies stops blocking the queue within --queue-heartbeat. The capacity is
+recorded by the first run; a run that asks for another is refused (exit 78) and writes nothing.
+A semaphore and a lease of one name are separate.
 
 The command runs in its own process group, and signals go to the whole group, so that stopping
 it also stops whatever it started. It is meant for non-interactive commands.";
@@ -390,6 +400,18 @@ pub(crate) struct RunArgs {
     /// leasehold dies (e.g. 5m), so that a run-once job started on several hosts runs once.
     #[arg(long, value_name = "D", env = "LEASEHOLD_HOLD_AT_LEAST")]
     pub(crate) hold_at_least: Option<String>,
+
+    /// Hold one permit of the counting semaphore of N on RESOURCE instead of the lease: at most
+    /// N runs hold one at once (1 to 1024), each with its slot in LEASEHOLD_SLOT; every run of
+    /// the semaphore must ask for the capacity it has (`leasehold capacity` changes it).
+    #[arg(long, value_name = "N", env = "LEASEHOLD_CAPACITY")]
+    pub(crate) capacity: Option<String>,
+
+    /// With --capacity and --wait: how long a waiter's place in the semaphore's queue outlives
+    /// its last try (it tries three times as often), so that a waiter that dies blocks the
+    /// queue no longer than this (100ms to 1m) [default: 3s].
+    #[arg(long, value_name = "D", env = "LEASEHOLD_QUEUE_HEARTBEAT")]
+    pub(crate) queue_heartbeat: Option<String>,
 
     /// Time between SIGTERM and SIGKILL when the lease is lost, or for what the command leaves
     /// running when it exits (capped by what is left of the lease); and after a SIGINT or

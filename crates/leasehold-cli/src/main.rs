@@ -125,7 +125,7 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(async move {
         match config {
-            Config::Run(config) => run::run(config).await,
+            Config::Run(config) => run::run(*config).await,
             Config::Inspect(config) => inspect::inspect(config).await,
             Config::List(config) => admin::list(config).await,
             Config::Break(config) => admin::break_lease(config).await,
