@@ -16,7 +16,9 @@ use leasehold_redis::leasehold::{
 };
 use leasehold_redis::{RedisBackend, RedisSettings};
 
-use crate::args::{BreakArgs, Cli, Command, InspectArgs, LeaseName, ListArgs, RunArgs};
+use crate::args::{
+    BreakArgs, CapacityArgs, Cli, Command, InspectArgs, LeaseName, ListArgs, RunArgs,
+};
 use crate::duration::{Wait, Written, parse_duration, parse_wait};
 use crate::exit;
 use crate::holder::default_holder_name;
@@ -37,6 +39,7 @@ pub(crate) enum Config {
     Inspect(InspectConfig),
     List(ListConfig),
     Break(BreakConfig),
+    Capacity(CapacityConfig),
     Demo(DemoConfig),
     /// Print a completion script for the shell.
     Completions(clap_complete::Shell),
@@ -159,6 +162,8 @@ pub(crate) struct Named {
 pub(crate) struct InspectConfig {
     pub(crate) target: Target,
     pub(crate) lease: Named,
+    /// `--semaphore`: the semaphore of that name, not the lease.
+    pub(crate) semaphore: bool,
     pub(crate) json: bool,
 }
 
@@ -175,6 +180,17 @@ pub(crate) struct ListConfig {
 pub(crate) struct BreakConfig {
     pub(crate) target: Target,
     pub(crate) lease: Named,
+    /// `--slot K`: the permit on that slot of the semaphore of that name, not the lease.
+    pub(crate) slot: Option<u32>,
+    pub(crate) json: bool,
+}
+
+/// `leasehold capacity`, validated.
+#[derive(Debug)]
+pub(crate) struct CapacityConfig {
+    pub(crate) target: Target,
+    pub(crate) semaphore: Named,
+    pub(crate) capacity: u32,
     pub(crate) json: bool,
 }
 
@@ -208,6 +224,9 @@ impl Config {
             Command::List(args) => list(&cli.redis, settings, args, origins).map(Config::List),
             Command::Break(args) => {
                 break_lease(&cli.redis, settings, args, origins).map(Config::Break)
+            }
+            Command::Capacity(args) => {
+                set_capacity(&cli.redis, settings, args, origins).map(Config::Capacity)
             }
             Command::Demo => Ok(Config::Demo(DemoConfig {
                 // Checked here like the other commands' URLs, so that a bad one is a usage
@@ -430,6 +449,7 @@ fn inspect(
 ) -> Result<InspectConfig, ConfigError> {
     Ok(InspectConfig {
         lease: named(&args.lease, origins)?,
+        semaphore: args.semaphore,
         json: args.json,
         target: Target::open(url, settings, origins)?,
     })
@@ -498,6 +518,22 @@ fn break_lease(
     origins: &Origins,
 ) -> Result<BreakConfig, ConfigError> {
     let lease = named(&args.lease, origins)?;
+    let slot = args
+        .slot
+        .as_deref()
+        .map(|text| {
+            text.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|k| *k < MAX_CAPACITY)
+                .ok_or_else(|| {
+                    usage(format!(
+                        "--slot {text:?}: a slot is a whole number from 0 to {}",
+                        MAX_CAPACITY - 1
+                    ))
+                })
+        })
+        .transpose()?;
     if !args.yes {
         return Err(usage(
             "break removes the lease whoever holds it, and nothing tells the holder until its \
@@ -506,6 +542,32 @@ fn break_lease(
     }
     Ok(BreakConfig {
         lease,
+        slot,
+        json: args.json,
+        target: Target::open(url, settings, origins)?,
+    })
+}
+
+fn set_capacity(
+    url: &str,
+    settings: RedisSettings,
+    args: CapacityArgs,
+    origins: &Origins,
+) -> Result<CapacityConfig, ConfigError> {
+    let semaphore = named(&args.lease, origins)?;
+    // N has no variable: the name to report it under is the argument's.
+    let capacity = args.capacity.trim().parse::<u32>().ok();
+    let capacity = capacity
+        .filter(|n| (1..=MAX_CAPACITY).contains(n))
+        .ok_or_else(|| {
+            usage(format!(
+                "N {:?}: a capacity is a whole number from 1 to {MAX_CAPACITY}",
+                args.capacity
+            ))
+        })?;
+    Ok(CapacityConfig {
+        semaphore,
+        capacity,
         json: args.json,
         target: Target::open(url, settings, origins)?,
     })
@@ -698,6 +760,16 @@ mod tests {
             (&["run", "", "--", "true"], "RESOURCE"),
             (&["run", "r", "--", ""], "no command"),
             (&["inspect", "r", "--purpose", "a:b"], "--purpose"),
+            (
+                &["break", "r", "--slot", "1024", "--yes"],
+                "--slot \"1024\": a slot is a whole number from 0 to 1023",
+            ),
+            (&["break", "r", "--slot", "one", "--yes"], "--slot \"one\""),
+            (
+                &["capacity", "r", "0"],
+                "N \"0\": a capacity is a whole number from 1 to 1024",
+            ),
+            (&["capacity", "r", "many"], "N \"many\""),
             (&["--namespace", "a:b", "inspect", "r"], "--namespace"),
         ];
         for (argv, needle) in cases {

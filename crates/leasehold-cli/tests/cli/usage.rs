@@ -34,6 +34,12 @@ fn bad_flags_and_durations_are_usage_errors_2_before_any_io() {
             "only with --capacity",
         ),
         (&["inspect"], "<RESOURCE>"),
+        (
+            &["capacity", "r", "0"],
+            "a capacity is a whole number from 1 to 1024",
+        ),
+        (&["capacity", "r"], "<RESOURCE>"),
+        (&["break", "r", "--slot", "x", "--yes"], "--slot"),
         (&["inspect", "r", "--purpose", "a:b"], "--purpose"),
         (&["--namespace", "a:b", "inspect", "r"], "--namespace"),
         (&["frobnicate"], "frobnicate"),
