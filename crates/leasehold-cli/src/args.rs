@@ -151,16 +151,22 @@ fn indented(examples: &str) -> String {
 pub(crate) enum Command {
     /// Run a command while holding a lease on RESOURCE; stop it if the lease is lost.
     #[command(long_about = RUN_LONG_ABOUT, after_help = exit::SUMMARY, after_long_help = exit::TABLE)]
-    Run(RunArgs),
-    /// Print who holds the lease on RESOURCE.
+    // Boxed: far the largest, and one value per process.
+    Run(Box<RunArgs>),
+    /// Print who holds the lease on RESOURCE (with --semaphore: the permits of its semaphore).
     #[command(long_about = INSPECT_LONG_ABOUT)]
     Inspect(InspectArgs),
-    /// List the leases held in the namespace: purpose, digest, fence, time left, holder.
+    /// List the leases and permits held in the namespace: purpose, digest, slot, fence, time
+    /// left, holder.
     #[command(long_about = LIST_LONG_ABOUT)]
     List(ListArgs),
-    /// Remove a stuck lease, whoever holds it (its fence counter stays); needs --yes.
+    /// Remove a stuck lease (or with --slot, a permit), whoever holds it (its fence counter
+    /// stays); needs --yes.
     #[command(long_about = BREAK_LONG_ABOUT)]
     Break(BreakArgs),
+    /// Change the capacity of the semaphore on RESOURCE to N; its holders keep their permits.
+    #[command(long_about = CAPACITY_LONG_ABOUT, allow_missing_positional = true)]
+    Capacity(CapacityArgs),
     /// Tell the fencing story on an ephemeral local redis-server (or on --redis URL).
     #[command(long_about = DEMO_LONG_ABOUT)]
     Demo,
@@ -181,11 +187,12 @@ pub(crate) enum Command {
 
 /// The subcommands with a man page of their own: every one but `help`, as the top-level
 /// page lists them (a test checks the two agree).
-pub(crate) const MAN_PAGES: [&str; 7] = [
+pub(crate) const MAN_PAGES: [&str; 8] = [
     "run",
     "inspect",
     "list",
     "break",
+    "capacity",
     "demo",
     "completions",
     "man",
@@ -267,6 +274,8 @@ its environment:
 
   LEASEHOLD_FENCE            the fencing token of this grant: a decimal up to 2^63-1 (store it
                              as a 64-bit BIGINT); pass it to every write
+  LEASEHOLD_SLOT             with --capacity only: the permit's slot, 0 to N-1 (a fence orders
+                             the grants of one slot: a target keeps the highest fence per slot)
   LEASEHOLD_RESOURCE_DIGEST  the resource's digest (sha256:...), as stored in Redis
   LEASEHOLD_TTL_MS           the lease's TTL in milliseconds
 
@@ -292,6 +301,13 @@ restart without persistence, a flush, an eviction): until then every other run i
 it run once per schedule tick. D only keeps the key: the command is still stopped when the
 lease's TTL runs out unrenewed.
 
+With --capacity N, the run holds one permit of the counting semaphore of N on RESOURCE (consul
+lock -n): at most N runs at once, each on its own slot with its own fence, kept alive, stopped
+and released exactly as a lease is. Waiters (--wait) are served first come, first served across
+hosts, and a waiter that dies stops blocking the queue within --queue-heartbeat. The capacity is
+recorded by the first run; a run that asks for another is refused (exit 78) and writes nothing.
+A semaphore and a lease of one name are separate.
+
 The command runs in its own process group, and signals go to the whole group, so that stopping
 it also stops whatever it started. It is meant for non-interactive commands.";
 
@@ -307,20 +323,30 @@ With --json, prints one object:
 and, when the holder gave a name or the lease is kept after release, two more keys:
   \"holder_name\":\"...\"|null,\"released\":true|false
 
+With --semaphore, the semaphore of that name (`run --capacity`) instead: its capacity, its width
+(above the capacity while permits on higher slots outlive a lowering), the waiters whose place
+in its queue is live, and each held slot with its fence, time left and holder. With --json:
+  {\"state\":\"held\"|\"free\",\"capacity\":N|null,\"width\":N|null,\"waiting\":N,
+   \"permits\":[{\"slot\":N, and the keys above for that slot's grant}],\"purpose\":\"...\"}
+(\"free\": no permit held; capacity and width null: no semaphore, or its record was lost.)
+
 Exit status: 0 held or free, 69 Redis unavailable or no answer, 2 usage or configuration
 error (a bad flag or URL, a database the server lacks, credentials it refuses).";
 
 const LIST_LONG_ABOUT: &str = "\
 List the leases held in the namespace (--namespace), of every purpose or of --purpose P: the
 purpose, the resource's digest (the raw name is never stored), the fence, the time left and
-the holder (fingerprint and name). Keys are found with SCAN, never KEYS, so a large key space
+the holder (fingerprint and name); and the permits of semaphores (`run --capacity`), one row
+per held slot, with its SLOT. Keys are found with SCAN, never KEYS, so a large key space
 does not block the server; on a Cluster every master is scanned. Not a snapshot: a lease
 granted or released during the walk may or may not be shown.
 
 With --json, prints one array of objects, each:
   {\"purpose\":\"...\",\"resource\":\"sha256:...\",\"state\":\"held\",\"fence\":N|null,
    \"remaining_ms\":N|null,\"holder\":\"...\"|null,\"holder_name\":\"...\"|null,
-   \"released\":true|false}
+   \"released\":true|false,\"kind\":\"lease\"|\"semaphore\",\"slot\":N|null}
+(a key leasehold cannot use: \"state\":\"unusable\",\"problem\":\"...\" instead of fence to
+released.)
 
 Exit status: 0 listed (even none), 69 Redis unavailable or no answer, 2 usage or
 configuration error (a bad flag or URL, a database the server lacks, credentials it refuses).";
@@ -335,12 +361,38 @@ The old holder is not told: `leasehold run` finds the lease gone at its next ren
 a third of its TTL) and stops its command then (exit 70). Until then it may still be working,
 which is why writes must carry the fence.
 
+With --slot K, the permit held on slot K of the semaphore of that name (`run --capacity`,
+as `inspect --semaphore` shows it) instead, the same way: only that slot's key is deleted, the
+semaphore's fence counter stays, its waiters are woken, and its old holder finds it gone at
+its next renewal.
+
 Prints what it removed (holder, fence, time left), or that there was nothing to remove.
-With --json, prints one object: {\"removed\":true|false, and inspect's keys}.
+With --json, prints one object: {\"removed\":true|false, and inspect's keys} (and, with
+--slot, \"slot\":K last).
 
 Exit status: 0 removed or nothing to remove, 69 Redis unavailable, or no answer (it may have
 been removed: `inspect` tells), 65 the key holds something else (left alone), 2 usage or
 configuration error (no --yes, a bad URL, a database the server lacks, credentials it refuses).";
+
+const CAPACITY_LONG_ABOUT: &str = "\
+Change the capacity of the semaphore on RESOURCE (or on --digest sha256:..., as `list` shows
+it) to N, from 1 to 1024, evicting no holder: after a lowering, the holders of slots N and
+above keep them, and nobody new is admitted until fewer than N permits are held; after a
+growth, its waiters are told to try again at once.
+
+From then on every run of the semaphore must ask for --capacity N: one that asks for another,
+a waiter's next try included, is refused (exit 78) and writes nothing. With no semaphore of
+that name, the record is made, and the first permits must ask for N. The record lives as long
+after its last use as one an acquire made (the fence counters' idle expiry, 7 days).
+
+Prints the capacity before and after, and how many permits are held. With --json, prints one
+object:
+  {\"previous\":N|null,\"capacity\":N,\"width\":N,\"held\":N,\"woke_waiters\":true|false,
+   \"purpose\":\"...\"}
+
+Exit status: 0 set, 69 Redis unavailable, or no answer (it may have been set: `inspect
+--semaphore` tells), 65 the record or the queue holds something else (left alone), 2 usage or
+configuration error (a bad N or URL, a database the server lacks, credentials it refuses).";
 
 const DEMO_LONG_ABOUT: &str = "\
 Tell the fencing story: worker A acquires a lease and stalls past its expiry, worker B acquires
@@ -390,6 +442,18 @@ pub(crate) struct RunArgs {
     /// leasehold dies (e.g. 5m), so that a run-once job started on several hosts runs once.
     #[arg(long, value_name = "D", env = "LEASEHOLD_HOLD_AT_LEAST")]
     pub(crate) hold_at_least: Option<String>,
+
+    /// Hold one permit of the counting semaphore of N on RESOURCE instead of the lease: at most
+    /// N runs hold one at once (1 to 1024), each with its slot in LEASEHOLD_SLOT; every run of
+    /// the semaphore must ask for the capacity it has (`leasehold capacity` changes it).
+    #[arg(long, value_name = "N", env = "LEASEHOLD_CAPACITY")]
+    pub(crate) capacity: Option<String>,
+
+    /// With --capacity and --wait: how long a waiter's place in the semaphore's queue outlives
+    /// its last try (it tries three times as often), so that a waiter that dies blocks the
+    /// queue no longer than this (100ms to 1m) [default: 3s].
+    #[arg(long, value_name = "D", env = "LEASEHOLD_QUEUE_HEARTBEAT")]
+    pub(crate) queue_heartbeat: Option<String>,
 
     /// Time between SIGTERM and SIGKILL when the lease is lost, or for what the command leaves
     /// running when it exits (capped by what is left of the lease); and after a SIGINT or
@@ -441,6 +505,11 @@ pub(crate) struct InspectArgs {
     #[command(flatten)]
     pub(crate) lease: LeaseName,
 
+    /// The semaphore of that name (`run --capacity`) instead of the lease: its capacity, each
+    /// held slot and the waiters.
+    #[arg(long)]
+    pub(crate) semaphore: bool,
+
     /// Print one JSON object instead of a sentence.
     #[arg(long)]
     pub(crate) json: bool,
@@ -464,9 +533,29 @@ pub(crate) struct BreakArgs {
     #[command(flatten)]
     pub(crate) lease: LeaseName,
 
+    /// The permit on slot K of the semaphore of that name (as `inspect --semaphore` shows it)
+    /// instead of the lease.
+    #[arg(long, value_name = "K")]
+    pub(crate) slot: Option<String>,
+
     /// Do it: without --yes, nothing is sent.
     #[arg(long)]
     pub(crate) yes: bool,
+
+    /// Print one JSON object instead of a sentence.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `leasehold capacity`. N stays text here: [`crate::config`] parses it.
+#[derive(Debug, Args)]
+pub(crate) struct CapacityArgs {
+    #[command(flatten)]
+    pub(crate) lease: LeaseName,
+
+    /// The new capacity, from 1 to 1024 (after --digest D, alone).
+    #[arg(value_name = "N")]
+    pub(crate) capacity: String,
 
     /// Print one JSON object instead of a sentence.
     #[arg(long)]
@@ -548,6 +637,28 @@ mod tests {
         };
         assert_eq!(run.holder.as_deref(), Some("host-3"));
         assert_eq!(run.hold_at_least.as_deref(), Some("1m 30s"));
+    }
+
+    #[test]
+    fn capacity_takes_a_name_and_n_or_a_digest_and_n() {
+        let parse = |argv: &[&str]| {
+            let mut full = vec!["leasehold", "capacity"];
+            full.extend_from_slice(argv);
+            match Cli::try_parse_from(full).map(|cli| cli.command) {
+                Ok(Command::Capacity(args)) => Ok(args),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e.kind()),
+            }
+        };
+        let named = parse(&["exports", "4"]).unwrap();
+        assert_eq!(named.lease.resource.as_deref(), Some("exports".as_ref()));
+        assert_eq!(named.capacity, "4");
+        let digested = parse(&["--digest", "sha256:00", "4"]).unwrap();
+        assert_eq!(digested.lease.resource, None);
+        assert_eq!(digested.lease.digest.as_deref(), Some("sha256:00"));
+        assert_eq!(digested.capacity, "4");
+        assert!(parse(&["exports"]).is_err(), "no N");
+        assert!(parse(&["--digest", "sha256:00", "exports", "4"]).is_err());
     }
 
     #[test]

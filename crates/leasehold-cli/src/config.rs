@@ -9,13 +9,16 @@ use std::fmt;
 use std::os::unix::ffi::OsStrExt as _;
 use std::time::Duration;
 
+use leasehold_redis::leasehold::request::{MAX_CAPACITY, MAX_QUEUE_HEARTBEAT, MIN_QUEUE_HEARTBEAT};
 use leasehold_redis::leasehold::{
     Attempt, DriftBudget, HolderName, LeaseRequest, MAX_TTL, MAX_WAIT, OperationId, Purpose,
     ResourceDigest,
 };
 use leasehold_redis::{RedisBackend, RedisSettings};
 
-use crate::args::{BreakArgs, Cli, Command, InspectArgs, LeaseName, ListArgs, RunArgs};
+use crate::args::{
+    BreakArgs, CapacityArgs, Cli, Command, InspectArgs, LeaseName, ListArgs, RunArgs,
+};
 use crate::duration::{Wait, Written, parse_duration, parse_wait};
 use crate::exit;
 use crate::holder::default_holder_name;
@@ -31,10 +34,12 @@ pub(crate) const MAX_GRACE: Duration = Duration::from_secs(60 * 60);
 /// What to do, validated.
 #[derive(Debug)]
 pub(crate) enum Config {
-    Run(RunConfig),
+    // Boxed: far the largest, and one value per process.
+    Run(Box<RunConfig>),
     Inspect(InspectConfig),
     List(ListConfig),
     Break(BreakConfig),
+    Capacity(CapacityConfig),
     Demo(DemoConfig),
     /// Print a completion script for the shell.
     Completions(clap_complete::Shell),
@@ -133,6 +138,8 @@ pub(crate) struct RunConfig {
     pub(crate) loss_exit_code: u8,
     /// `--json`: a summary line on stdout at the end.
     pub(crate) json: bool,
+    /// The raw name, for messages only: it is never sent.
+    pub(crate) resource_name: String,
     pub(crate) program: OsString,
     pub(crate) args: Vec<OsString>,
 }
@@ -155,6 +162,8 @@ pub(crate) struct Named {
 pub(crate) struct InspectConfig {
     pub(crate) target: Target,
     pub(crate) lease: Named,
+    /// `--semaphore`: the semaphore of that name, not the lease.
+    pub(crate) semaphore: bool,
     pub(crate) json: bool,
 }
 
@@ -171,6 +180,17 @@ pub(crate) struct ListConfig {
 pub(crate) struct BreakConfig {
     pub(crate) target: Target,
     pub(crate) lease: Named,
+    /// `--slot K`: the permit on that slot of the semaphore of that name, not the lease.
+    pub(crate) slot: Option<u32>,
+    pub(crate) json: bool,
+}
+
+/// `leasehold capacity`, validated.
+#[derive(Debug)]
+pub(crate) struct CapacityConfig {
+    pub(crate) target: Target,
+    pub(crate) semaphore: Named,
+    pub(crate) capacity: u32,
     pub(crate) json: bool,
 }
 
@@ -195,13 +215,18 @@ impl Config {
             .with_namespace(&cli.namespace)
             .map_err(|e| usage(format!("{}: {e}", origins.name("namespace"))))?;
         match cli.command {
-            Command::Run(args) => run(&cli.redis, settings, args, origins).map(Config::Run),
+            Command::Run(args) => {
+                run(&cli.redis, settings, *args, origins).map(|run| Config::Run(Box::new(run)))
+            }
             Command::Inspect(args) => {
                 inspect(&cli.redis, settings, args, origins).map(Config::Inspect)
             }
             Command::List(args) => list(&cli.redis, settings, args, origins).map(Config::List),
             Command::Break(args) => {
                 break_lease(&cli.redis, settings, args, origins).map(Config::Break)
+            }
+            Command::Capacity(args) => {
+                set_capacity(&cli.redis, settings, args, origins).map(Config::Capacity)
             }
             Command::Demo => Ok(Config::Demo(DemoConfig {
                 // Checked here like the other commands' URLs, so that a bad one is a usage
@@ -224,6 +249,20 @@ fn purpose(text: &str, origins: &Origins) -> Result<Purpose, ConfigError> {
 /// A duration flag or variable, parsed.
 fn duration(text: &str, id: &str, origins: &Origins) -> Result<Written, ConfigError> {
     parse_duration(text).map_err(|e| usage(format!("{} {text:?}: {e}", origins.name(id))))
+}
+
+/// A semaphore's capacity, from a flag or variable: 1 to [`MAX_CAPACITY`].
+fn parse_capacity(text: &str, id: &str, origins: &Origins) -> Result<u32, ConfigError> {
+    text.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=MAX_CAPACITY).contains(n))
+        .ok_or_else(|| {
+            usage(format!(
+                "{} {text:?}: a capacity is a whole number from 1 to {MAX_CAPACITY}",
+                origins.name(id)
+            ))
+        })
 }
 
 /// An exit status flag or variable: 0 to 255.
@@ -287,6 +326,16 @@ fn run(
         exit::NOT_ACQUIRED,
     )?;
     let loss_exit_code = code(&args.loss_exit_code, "loss_exit_code", exit::LEASE_LOST)?;
+    let capacity = args
+        .capacity
+        .as_deref()
+        .map(|text| parse_capacity(text, "capacity", origins))
+        .transpose()?;
+    let heartbeat = args
+        .queue_heartbeat
+        .as_deref()
+        .map(|text| duration(text, "queue_heartbeat", origins))
+        .transpose()?;
     let operation = OperationId::new(format!("leasehold-run-{}", std::process::id()))
         .map_err(|e| ConfigError::Setup(e.to_string()))?;
     let attempt = Attempt::new(operation).map_err(|e| ConfigError::Setup(e.to_string()))?;
@@ -336,6 +385,33 @@ fn run(
         })?,
         None => request,
     };
+    let request = match capacity {
+        // In range: checked above, with the flag named.
+        Some(n) => request
+            .with_capacity(n)
+            .map_err(|e| usage(format!("{}: {e}", name("capacity"))))?,
+        None => request,
+    };
+    let request = match heartbeat {
+        // A lease's waiters keep no place on the server: a heartbeat would mean nothing.
+        Some(_) if capacity.is_none() => {
+            return Err(usage(format!(
+                "{}: only with --capacity (the waiters of a semaphore keep a place in its \
+                 queue; a lease's do not)",
+                name("queue_heartbeat")
+            )));
+        }
+        Some(heartbeat) => request.with_queue_heartbeat(heartbeat.value).map_err(|_| {
+            usage(format!(
+                "{} {}: must be whole milliseconds from {} to {}",
+                name("queue_heartbeat"),
+                heartbeat.text,
+                humantime::format_duration(MIN_QUEUE_HEARTBEAT),
+                humantime::format_duration(MAX_QUEUE_HEARTBEAT),
+            ))
+        })?,
+        None => request,
+    };
     if grace.value > MAX_GRACE {
         return Err(usage(format!(
             "{} {}: must be at most {}",
@@ -359,6 +435,7 @@ fn run(
         conflict_exit_code,
         loss_exit_code,
         json: args.json,
+        resource_name: args.resource.to_string_lossy().into_owned(),
         program,
         args: command.collect(),
     })
@@ -372,6 +449,7 @@ fn inspect(
 ) -> Result<InspectConfig, ConfigError> {
     Ok(InspectConfig {
         lease: named(&args.lease, origins)?,
+        semaphore: args.semaphore,
         json: args.json,
         target: Target::open(url, settings, origins)?,
     })
@@ -440,6 +518,22 @@ fn break_lease(
     origins: &Origins,
 ) -> Result<BreakConfig, ConfigError> {
     let lease = named(&args.lease, origins)?;
+    let slot = args
+        .slot
+        .as_deref()
+        .map(|text| {
+            text.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|k| *k < MAX_CAPACITY)
+                .ok_or_else(|| {
+                    usage(format!(
+                        "--slot {text:?}: a slot is a whole number from 0 to {}",
+                        MAX_CAPACITY - 1
+                    ))
+                })
+        })
+        .transpose()?;
     if !args.yes {
         return Err(usage(
             "break removes the lease whoever holds it, and nothing tells the holder until its \
@@ -448,6 +542,32 @@ fn break_lease(
     }
     Ok(BreakConfig {
         lease,
+        slot,
+        json: args.json,
+        target: Target::open(url, settings, origins)?,
+    })
+}
+
+fn set_capacity(
+    url: &str,
+    settings: RedisSettings,
+    args: CapacityArgs,
+    origins: &Origins,
+) -> Result<CapacityConfig, ConfigError> {
+    let semaphore = named(&args.lease, origins)?;
+    // N has no variable: the name to report it under is the argument's.
+    let capacity = args.capacity.trim().parse::<u32>().ok();
+    let capacity = capacity
+        .filter(|n| (1..=MAX_CAPACITY).contains(n))
+        .ok_or_else(|| {
+            usage(format!(
+                "N {:?}: a capacity is a whole number from 1 to {MAX_CAPACITY}",
+                args.capacity
+            ))
+        })?;
+    Ok(CapacityConfig {
+        semaphore,
+        capacity,
         json: args.json,
         target: Target::open(url, settings, origins)?,
     })
@@ -534,6 +654,29 @@ mod tests {
     }
 
     #[test]
+    fn a_capacity_makes_it_a_permit_request_with_its_queue_heartbeat() {
+        let Ok(Config::Run(run)) = config(&["run", "r", "--", "true"]) else {
+            panic!("not a run config");
+        };
+        assert_eq!(run.request.capacity(), None, "a lease by default");
+        let Ok(Config::Run(run)) = config(&[
+            "run",
+            "r",
+            "--capacity",
+            "3",
+            "--queue-heartbeat",
+            "1500ms",
+            "--",
+            "true",
+        ]) else {
+            panic!("not a run config");
+        };
+        assert_eq!(run.request.capacity(), Some(3));
+        assert_eq!(run.request.queue_heartbeat(), Duration::from_millis(1500));
+        assert_eq!(run.resource_name, "r");
+    }
+
+    #[test]
     fn a_wait_of_inf_waits_in_rounds_of_the_longest_wait() {
         let Ok(Config::Run(run)) = config(&["run", "r", "--wait", "inf", "--", "true"]) else {
             panic!("not a run config");
@@ -585,9 +728,48 @@ mod tests {
             (&["run", "r", "--holder", "", "--", "true"], "--holder"),
             (&["run", "r", "--holder", "a\nb", "--", "true"], "--holder"),
             (&["run", "r", "--purpose", "Bad", "--", "true"], "--purpose"),
+            (
+                &["run", "r", "--capacity", "0", "--", "true"],
+                "--capacity \"0\": a capacity is a whole number from 1 to 1024",
+            ),
+            (
+                &["run", "r", "--capacity", "1025", "--", "true"],
+                "from 1 to 1024",
+            ),
+            (
+                &["run", "r", "--capacity", "two", "--", "true"],
+                "--capacity",
+            ),
+            (
+                &["run", "r", "--queue-heartbeat", "1s", "--", "true"],
+                "--queue-heartbeat: only with --capacity",
+            ),
+            (
+                &[
+                    "run",
+                    "r",
+                    "--capacity",
+                    "2",
+                    "--queue-heartbeat",
+                    "50ms",
+                    "--",
+                    "true",
+                ],
+                "--queue-heartbeat 50ms: must be whole milliseconds from 100ms to 1m",
+            ),
             (&["run", "", "--", "true"], "RESOURCE"),
             (&["run", "r", "--", ""], "no command"),
             (&["inspect", "r", "--purpose", "a:b"], "--purpose"),
+            (
+                &["break", "r", "--slot", "1024", "--yes"],
+                "--slot \"1024\": a slot is a whole number from 0 to 1023",
+            ),
+            (&["break", "r", "--slot", "one", "--yes"], "--slot \"one\""),
+            (
+                &["capacity", "r", "0"],
+                "N \"0\": a capacity is a whole number from 1 to 1024",
+            ),
+            (&["capacity", "r", "many"], "N \"many\""),
             (&["--namespace", "a:b", "inspect", "r"], "--namespace"),
         ];
         for (argv, needle) in cases {

@@ -1,7 +1,8 @@
 //! Exit codes: a contract scripts depend on. Change none without a changelog entry.
 //!
 //! The numbers outside the child's own range follow `sysexits.h` where one fits (75
-//! `EX_TEMPFAIL`: try again later; 69 `EX_UNAVAILABLE`; 70 `EX_SOFTWARE`), the shell's
+//! `EX_TEMPFAIL`: try again later; 69 `EX_UNAVAILABLE`; 70 `EX_SOFTWARE`; 65 `EX_DATAERR`;
+//! 78 `EX_CONFIG`), the shell's
 //! conventions for a command that cannot be run (126, 127) or was ended by signal N (128 + N),
 //! and clap's 2 for usage errors.
 
@@ -23,6 +24,11 @@ pub(crate) const LEASE_LOST: u8 = 70;
 /// A key the lease needs holds something leasehold cannot use (`EX_DATAERR`); nothing was
 /// written.
 pub(crate) const UNUSABLE_KEY: u8 = 65;
+/// The semaphore records another capacity than `run --capacity` asked for (`EX_CONFIG`: the
+/// runs of one semaphore are configured apart); nothing was written and the command was not
+/// started. Not a usage error: the input is well formed, the server's record disagrees, and
+/// trying again does not help until one of them changes.
+pub(crate) const CAPACITY_MISMATCH: u8 = 78;
 /// The command was found but could not be started.
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found.
@@ -93,7 +99,8 @@ pub(crate) const SUMMARY: &str = "\
 Exit status of `run`: the command's own (128+N if signal N ended it); 75 lease not acquired
 within --wait; 69 Redis unavailable or outcome unknown before the command started; 70 lease
 lost while the command ran, or found gone at release; 65 a lease key holds something
-leasehold cannot use; 126/127 command not executable / not found; 2 usage or configuration
+leasehold cannot use; 78 the semaphore has another capacity than --capacity; 126/127
+command not executable / not found; 2 usage or configuration
 error (a bad flag or URL, a database the server lacks, credentials it refuses); 1 internal
 failure. Use --help for more.";
 
@@ -113,6 +120,9 @@ Exit status of `run`:
            string leasehold did not write, of any size, at the lease key; a fence counter that
            is not a fence or is at 2^63-1); nothing was written and the command was not
            started
+  78       --capacity N: the semaphore's recorded capacity is another (every run of it must
+           ask for the same; `leasehold capacity` changes it); nothing was written and the
+           command was not started
   126      the command could not be executed
   127      the command was not found
   2        usage or configuration error: a bad flag, variable, duration or URL, nothing
@@ -127,6 +137,8 @@ gives up and exits with 128+N (129, 130, 131, 143).
 something leasehold cannot use, 2 usage or configuration error (as for `run`).
 `list`: 0 (even none), 69, 2. `break`: 0 (removed, or nothing to remove), 69 (unavailable,
 or no answer: `inspect` tells whether it was removed), 65, 2 (also: no --yes).
+`capacity`: 0 (set), 69 (unavailable, or no answer: `inspect --semaphore` tells whether it
+was set), 65, 2.
 `demo`: 0, 69 no redis-server could be started or reached, 2 usage or configuration error,
 1 otherwise.
 
@@ -178,6 +190,8 @@ mod tests {
             NOT_ACQUIRED,
             UNAVAILABLE,
             LEASE_LOST,
+            UNUSABLE_KEY,
+            CAPACITY_MISMATCH,
             CANNOT_EXECUTE,
             NOT_FOUND,
             FAILURE,

@@ -1,12 +1,13 @@
-//! `leasehold inspect`: who holds a lease, as a sentence or one JSON object.
+//! `leasehold inspect`: who holds a lease, or the permits of a semaphore (`--semaphore`), as a
+//! sentence or one JSON object.
 
 use std::io::Write as _;
 
-use leasehold_redis::RedisBackend;
-use leasehold_redis::leasehold::{InspectOutcome, LeaseView, Purpose};
+use leasehold_redis::leasehold::{InspectOutcome, LeaseView, Purpose, ResourceDigest};
+use leasehold_redis::{RedisBackend, SemaphoreView};
 use serde_json::{Value, json};
 
-use crate::config::{InspectConfig, Named};
+use crate::config::{InspectConfig, Named, Target};
 use crate::duration::format_duration;
 use crate::exit;
 use crate::remedy;
@@ -20,17 +21,24 @@ use crate::remedy;
 pub(crate) async fn inspect(config: InspectConfig) -> u8 {
     let InspectConfig {
         target,
-        lease:
-            Named {
-                purpose,
-                also,
-                resource,
-                resource_name,
-            },
+        lease,
+        semaphore,
         json,
     } = config;
+    if semaphore {
+        return inspect_semaphore(target, lease, json).await;
+    }
+    let Named {
+        purpose,
+        also,
+        resource,
+        resource_name,
+    } = lease;
     let shown = target.shown;
     let client = RedisBackend::into_client(target.backend);
+    let looked_at: Vec<Purpose> = std::iter::once(purpose.clone())
+        .chain(also.iter().cloned())
+        .collect();
     let mut found = (purpose.clone(), None);
     for purpose in std::iter::once(purpose).chain(also) {
         // No attempt: inspection by a bystander, which sees the holder's fingerprint only.
@@ -65,12 +73,139 @@ pub(crate) async fn inspect(config: InspectConfig) -> u8 {
     let line = if json {
         to_json(&purpose, view.as_ref())
     } else {
+        let hint = if view.is_none() {
+            semaphore_hint(client.backend(), &looked_at, &resource).await
+        } else {
+            String::new()
+        };
         format!(
-            "{resource_name} (purpose {purpose}): {}",
+            "{resource_name} (purpose {purpose}): {}{hint}",
             describe(view.as_ref())
         )
     };
     answer(&line)
+}
+
+/// Where a semaphore of that name is, among the purposes a free lease was looked up under,
+/// as a hint to add `--semaphore` (`run --capacity` holds no lease, so its name alone looks
+/// free); empty when there is none, or it cannot be read (the answer stands without it).
+async fn semaphore_hint(
+    backend: &RedisBackend,
+    purposes: &[Purpose],
+    resource: &ResourceDigest,
+) -> String {
+    for purpose in purposes {
+        if let Ok(Some(view)) = backend.inspect_semaphore(purpose, resource).await {
+            return format!(
+                "; a semaphore of that name is there under purpose {purpose}, {} of its \
+                 permits held: add --semaphore to see them",
+                view.permits.len()
+            );
+        }
+    }
+    String::new()
+}
+
+/// `inspect --semaphore`: the first purpose of `name`'s that has a semaphore, or free under
+/// the first one looked at.
+async fn inspect_semaphore(target: Target, name: Named, json: bool) -> u8 {
+    let Named {
+        purpose,
+        also,
+        resource,
+        resource_name,
+    } = name;
+    let mut found = (purpose.clone(), None);
+    for purpose in std::iter::once(purpose).chain(also) {
+        match target.backend.inspect_semaphore(&purpose, &resource).await {
+            Ok(Some(view)) => {
+                found = (purpose, Some(view));
+                break;
+            }
+            Ok(None) => {}
+            Err(e) => return crate::admin::failed(&e, &target.shown, "inspect the semaphore"),
+        }
+    }
+    let (purpose, view) = found;
+    let text = if json {
+        semaphore_json(&purpose, view.as_ref())
+    } else {
+        format!(
+            "{resource_name} (purpose {purpose}): {}",
+            describe_semaphore(view.as_ref())
+        )
+    };
+    answer(&text)
+}
+
+/// The `inspect --semaphore --json` object: the same keys, in the documented order, whether
+/// there is a semaphore or not; each permit is its slot and [`json_fields`]'s keys.
+fn semaphore_json(purpose: &Purpose, view: Option<&SemaphoreView>) -> String {
+    let permits: Vec<String> = view
+        .map(|view| {
+            view.permits
+                .iter()
+                .map(|p| format!(r#"{{"slot":{},{}}}"#, p.slot, json_fields(Some(&p.view))))
+                .collect()
+        })
+        .unwrap_or_default();
+    let state = if permits.is_empty() { "free" } else { "held" };
+    let capacity = view
+        .and_then(|v| v.capacity)
+        .map_or(Value::Null, |c| json!(c));
+    // A width is known only with a record: without one it is the held slots' span.
+    let width = view
+        .filter(|v| v.capacity.is_some())
+        .map_or(Value::Null, |v| json!(v.width));
+    let waiting = view.map_or(0, |v| v.waiting);
+    format!(
+        r#"{{"state":{},"capacity":{capacity},"width":{width},"waiting":{waiting},"permits":[{}],"purpose":{}}}"#,
+        json!(state),
+        permits.join(","),
+        json!(purpose.as_str())
+    )
+}
+
+/// "1 permit", "2 permits": how many permits, in words.
+pub(crate) fn permits(n: usize) -> String {
+    if n == 1 {
+        "1 permit".to_owned()
+    } else {
+        format!("{n} permits")
+    }
+}
+
+/// `inspect --semaphore`'s sentence, with a line per held slot.
+fn describe_semaphore(view: Option<&SemaphoreView>) -> String {
+    let Some(view) = view else {
+        return "no semaphore (no capacity recorded, no permit held)".to_owned();
+    };
+    let held = view.permits.len();
+    let head = match view.capacity {
+        Some(capacity) if view.width > capacity => format!(
+            "semaphore of capacity {capacity}, width {} (held slots above the capacity count \
+             until they are released), {} held",
+            view.width,
+            permits(held)
+        ),
+        Some(capacity) => {
+            format!("semaphore of capacity {capacity}, {held} of {capacity} permits held")
+        }
+        None => format!(
+            "semaphore with no capacity recorded (the record was lost; the next permit records \
+             its own), {} held",
+            permits(held)
+        ),
+    };
+    let mut text = format!("{head}, {} waiting", view.waiting);
+    for permit in &view.permits {
+        text.push_str(&format!(
+            "\n  slot {}: {}",
+            permit.slot,
+            describe(Some(&permit.view))
+        ));
+    }
+    text
 }
 
 /// Writes a command's answer on stdout and returns the exit code: 0, or what a closed or
@@ -160,6 +295,7 @@ pub(crate) fn parts(view: &LeaseView) -> (String, String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use leasehold_redis::HeldPermit;
     use leasehold_redis::leasehold::{FenceToken, HolderFingerprint, HolderName};
     use std::time::Duration;
 
@@ -221,6 +357,41 @@ mod tests {
             describe(Some(&named.with_released(true))),
             "released by a9993e364706816a (\"host-3:4711\") and kept until its minimum hold \
              ends, fence 7, 29s 812ms left"
+        );
+    }
+
+    #[test]
+    fn a_semaphore_has_one_json_shape_with_a_permit_per_held_slot() {
+        assert_eq!(
+            semaphore_json(&cli(), None),
+            r#"{"state":"free","capacity":null,"width":null,"waiting":0,"permits":[],"purpose":"cli"}"#
+        );
+        let named = held().with_holder_name(HolderName::new("host-3:4711").unwrap());
+        let view = SemaphoreView::new(
+            Some(1),
+            3,
+            2,
+            vec![HeldPermit::new(0, named), HeldPermit::new(2, held())],
+        );
+        assert_eq!(
+            semaphore_json(&cli(), Some(&view)),
+            r#"{"state":"held","capacity":1,"width":3,"waiting":2,"permits":[{"slot":0,"state":"held","fence":7,"remaining_ms":29812,"holder":"a9993e364706816a","holder_name":"host-3:4711","released":false},{"slot":2,"state":"held","fence":7,"remaining_ms":29812,"holder":"a9993e364706816a","holder_name":null,"released":false}],"purpose":"cli"}"#
+        );
+        assert_eq!(
+            describe_semaphore(Some(&view)),
+            "semaphore of capacity 1, width 3 (held slots above the capacity count until they \
+             are released), 2 permits held, 2 waiting\n  slot 0: held by a9993e364706816a \
+             (\"host-3:4711\"), fence 7, 29s 812ms left\n  slot 2: held by a9993e364706816a, \
+             fence 7, 29s 812ms left"
+        );
+        let empty = SemaphoreView::new(Some(2), 2, 0, Vec::new());
+        assert!(
+            semaphore_json(&cli(), Some(&empty))
+                .starts_with(r#"{"state":"free","capacity":2,"width":2,"#)
+        );
+        assert_eq!(
+            describe_semaphore(Some(&empty)),
+            "semaphore of capacity 2, 0 of 2 permits held, 0 waiting"
         );
     }
 

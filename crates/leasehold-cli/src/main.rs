@@ -1,4 +1,5 @@
-//! `leasehold`: run a command under a Redis lease, inspect a lease, and a fencing demo.
+//! `leasehold`: run a command under a Redis lease (or a semaphore's permit), inspect a lease,
+//! and a fencing demo.
 //!
 //! Thin by design: parse the command line ([`args`]), validate it into a config before any
 //! I/O ([`config`]), then act ([`run`], [`inspect`], [`demo`]). The exit codes are a contract
@@ -10,8 +11,9 @@
 //! - [`config`]: validation into what the commands act on;
 //! - [`run`]: acquire, supervise the command, release; [`supervise`]: the command under the
 //!   lease; [`stop`]: when and how it is stopped; [`signals`]: the signals passed on;
-//! - [`inspect`]: who holds a lease; [`holder`]: the holder name a run gives its grant;
-//! - [`admin`]: an operator's `list` and `break`;
+//! - [`inspect`]: who holds a lease, or a semaphore's permits; [`holder`]: the holder name a
+//!   run gives its grant;
+//! - [`admin`]: an operator's `list` and `break`; [`capacity`]: a semaphore's capacity;
 //! - [`demo`] and [`local_redis`]: the fencing story on an ephemeral redis-server;
 //! - [`log`]: log lines and notes on stderr, `-v` / `-q`;
 //! - [`remedy`]: what to do about a server that could not be used;
@@ -23,6 +25,7 @@
 
 mod admin;
 mod args;
+mod capacity;
 mod config;
 mod demo;
 mod duration;
@@ -125,10 +128,11 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(async move {
         match config {
-            Config::Run(config) => run::run(config).await,
+            Config::Run(config) => run::run(*config).await,
             Config::Inspect(config) => inspect::inspect(config).await,
             Config::List(config) => admin::list(config).await,
             Config::Break(config) => admin::break_lease(config).await,
+            Config::Capacity(config) => capacity::capacity(config).await,
             Config::Demo(config) => demo::demo(config).await,
             Config::Completions(_) | Config::Man(_) => exit::FAILURE,
         }

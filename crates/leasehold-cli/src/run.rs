@@ -42,10 +42,12 @@ const CLEANUP_BUDGET: Duration = Duration::from_secs(2);
 /// What `run --json` reports at the end, filled in as the run goes.
 #[derive(Debug, Default)]
 struct Report {
-    /// `completed`, `not_acquired`, `lost`, `unavailable`, `unusable_key`, `not_started`,
-    /// `interrupted` or `failed`.
+    /// `completed`, `not_acquired`, `lost`, `unavailable`, `unusable_key`,
+    /// `capacity_mismatch`, `not_started`, `interrupted` or `failed`.
     outcome: &'static str,
     fence: Option<u64>,
+    /// With `--capacity`: the permit's slot.
+    slot: Option<u32>,
     waited: Option<Duration>,
     held: Option<Duration>,
     command_exit: Option<u8>,
@@ -64,6 +66,7 @@ impl Report {
             "waited_ms": ms(self.waited),
             "held_ms": ms(self.held),
             "release": self.release,
+            "slot": self.slot,
         })
         .to_string()
     }
@@ -105,6 +108,7 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
         conflict_exit_code,
         loss_exit_code,
         json: _,
+        resource_name,
         program,
         args,
     } = config;
@@ -116,7 +120,9 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
     let client = RedisBackend::into_client(target.backend);
 
     let acquired = tokio::select! {
-        acquired = acquire(&client, &request, &shown, wait_forever, &wait_text, exits) => acquired,
+        acquired = acquire(
+            &client, &request, &shown, &resource_name, wait_forever, &wait_text, exits,
+        ) => acquired,
         caught = signals.next() => {
             tell!("leasehold: {} before the command started; giving up", caught.name());
             abandon(&client, &request).await;
@@ -134,6 +140,7 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
         }
     };
     report.fence = Some(lease.fence().get());
+    report.slot = lease.slot();
     let granted = std::time::Instant::now();
     report.outcome = "not_started";
 
@@ -204,13 +211,14 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
     let ended_early = report_release(release);
     if lease_lost {
         let found = if lost_at_server {
-            found_after_loss(&client, &request).await
+            found_after_loss(&client, &request, report.slot).await
         } else {
             String::new()
         };
+        let what = held(&request);
         tell!(
-            "leasehold: the lease was lost while the command ran{found}; its work may not have \
-             been covered by the lease"
+            "leasehold: the {what} was lost while the command ran{found}; its work may not have \
+             been covered by the {what}"
         );
         report.outcome = "lost";
         return exits.loss;
@@ -218,9 +226,10 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
     if let Some(found) = ended_early {
         // The command exited while the lease still looked valid, yet the grant was gone by
         // the release: it ended before the work did, and may have been granted to another.
+        let what = held(&request);
         tell!(
-            "leasehold: the lease ended before the command did: the release found {found}; its \
-             work may not have been covered by the lease (the command exited {})",
+            "leasehold: the {what} ended before the command did: the release found {found}; its \
+             work may not have been covered by the {what} (the command exited {})",
             match &status {
                 Ok(status) => format!("with status {}", exit::of_child(*status)),
                 Err(_) => "untracked".to_owned(),
@@ -248,7 +257,14 @@ async fn run_reporting(config: RunConfig, report: &mut Report) -> u8 {
 /// not what the renewal met: a key found gone may have been removed by an operator or
 /// another client, or have expired, been evicted or flushed; and a new grant may have come
 /// since.
-async fn found_after_loss(client: &RedisLeases, request: &LeaseRequest) -> String {
+async fn found_after_loss(
+    client: &RedisLeases,
+    request: &LeaseRequest,
+    slot: Option<u32>,
+) -> String {
+    if let Some(slot) = slot {
+        return found_after_permit_loss(client, request, slot).await;
+    }
     match client
         .inspect(request.purpose(), request.resource(), None)
         .await
@@ -262,6 +278,44 @@ async fn found_after_loss(client: &RedisLeases, request: &LeaseRequest) -> Strin
             format!(": another grant holds the lease now ({holder}, {fence})")
         }
         _ => String::new(),
+    }
+}
+
+/// [`found_after_loss`] for a permit: what the server holds now on its slot.
+async fn found_after_permit_loss(
+    client: &RedisLeases,
+    request: &LeaseRequest,
+    slot: u32,
+) -> String {
+    let permits = match client
+        .backend()
+        .inspect_semaphore(request.purpose(), request.resource())
+        .await
+    {
+        Ok(Some(semaphore)) => semaphore.permits,
+        // No semaphore left at all (a flush, say): its slot's key is gone too.
+        Ok(None) => Vec::new(),
+        Err(_) => return String::new(),
+    };
+    match permits.iter().find(|p| p.slot == slot) {
+        None => format!(
+            ": slot {slot}'s key is gone from the server: it was removed (by `leasehold break \
+             --slot {slot}` or another client deleting the key), or it expired, was evicted or \
+             was flushed"
+        ),
+        Some(permit) => {
+            let (holder, fence, _) = inspect::parts(&permit.view);
+            format!(": another grant holds slot {slot} now ({holder}, {fence})")
+        }
+    }
+}
+
+/// What a run holds, in messages: a lease, or a permit of a semaphore.
+fn held(request: &LeaseRequest) -> &'static str {
+    if request.capacity().is_some() {
+        "permit"
+    } else {
+        "lease"
     }
 }
 
@@ -296,10 +350,12 @@ async fn acquire(
     client: &RedisLeases,
     request: &LeaseRequest,
     shown: &str,
+    resource_name: &str,
     forever: bool,
     wait_text: &str,
     exits: Exits,
 ) -> Result<LeaseHandle<RedisBackend>, (u8, &'static str)> {
+    let permit = request.capacity().is_some();
     let outcome = loop {
         let outcome = match client.acquire(request).await {
             AcquireOutcome::Indeterminate { cause, .. } => {
@@ -312,14 +368,37 @@ async fn acquire(
             other => other,
         };
         match outcome {
-            AcquireOutcome::Contended(_) if forever => {}
+            AcquireOutcome::Contended(_) if forever => {
+                if permit {
+                    // A permit's wait that ends contended gives its place in the queue back in
+                    // the background, with a release of whatever this attempt holds: it must
+                    // land before the next round's acquire, or it would take back a slot that
+                    // round was just granted. (The next round queues again, at the back.)
+                    client.settle().await;
+                }
+            }
             other => break other,
         }
     };
+    if permit
+        && !request.wait_timeout().is_zero()
+        && matches!(
+            outcome,
+            AcquireOutcome::CapacityMismatch { .. }
+                | AcquireOutcome::Unavailable(_)
+                | AcquireOutcome::Overloaded
+        )
+    {
+        // A wait that ends on these keeps the place its earlier tries took in the queue, which
+        // would keep later waiters out until its heartbeat lapsed: given back now. Nothing is
+        // held (these are answers that no grant was made), so the release frees no slot.
+        let _ = client.release_attempt(request).await;
+    }
     match outcome {
         AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease) => {
             tracing::info!(
                 fence = %lease.fence(),
+                slot = lease.slot(),
                 validity_ms = lease.remaining_validity().as_millis(),
                 "acquired the lease"
             );
@@ -334,7 +413,14 @@ async fn acquire(
             abandon(client, request).await;
             Err((exit::UNAVAILABLE, "unavailable"))
         }
-        other => Err(not_acquired(other, request, shown, wait_text, exits)),
+        other => Err(not_acquired(
+            other,
+            request,
+            shown,
+            resource_name,
+            wait_text,
+            exits,
+        )),
     }
 }
 
@@ -343,10 +429,38 @@ fn not_acquired(
     outcome: AcquireOutcome<RedisBackend>,
     request: &LeaseRequest,
     shown: &str,
+    resource_name: &str,
     wait_text: &str,
     exits: Exits,
 ) -> (u8, &'static str) {
+    let within = if request.wait_timeout().is_zero() {
+        String::new()
+    } else {
+        format!(" within {wait_text}")
+    };
     match outcome {
+        AcquireOutcome::Contended(c) if request.capacity().is_some() => {
+            // A semaphore's refusal names no holder: there are several (`inspect --semaphore`
+            // shows them), and a free slot may be promised to the waiters ahead.
+            note!(
+                "leasehold: not acquired{within}: every permit of the semaphore (capacity {}) is \
+                 held or promised to a waiter ahead, retry after {}",
+                request.capacity().unwrap_or_default(),
+                format_duration(c.retry_after)
+            );
+            (exits.conflict, "not_acquired")
+        }
+        AcquireOutcome::CapacityMismatch { recorded } => {
+            let asked = request.capacity().unwrap_or_default();
+            tell!(
+                "leasehold: the semaphore {resource_name:?} (purpose {}) has capacity {recorded}, \
+                 not {asked}; nothing was written and the command was not started: run with \
+                 --capacity {recorded}, or change the semaphore's capacity with `leasehold \
+                 capacity` (its holders keep their permits)",
+                request.purpose()
+            );
+            (exit::CAPACITY_MISMATCH, "capacity_mismatch")
+        }
         AcquireOutcome::Contended(c) | AcquireOutcome::OwnerOperationConflict(c) => {
             let mut holder = c
                 .holder
@@ -361,11 +475,6 @@ fn not_acquired(
                 // The holder is done; its minimum hold keeps everyone out a while longer.
                 fence.push_str(", released and kept until its minimum hold ends");
             }
-            let within = if request.wait_timeout().is_zero() {
-                String::new()
-            } else {
-                format!(" within {wait_text}")
-            };
             note!(
                 "leasehold: not acquired{within}: held by {holder}{fence}, retry after {}",
                 format_duration(c.retry_after)
@@ -428,6 +537,11 @@ fn spawn(
     tokio::process::Command::new(program)
         .args(args)
         .env("LEASEHOLD_FENCE", lease.fence().get().to_string())
+        .envs(
+            lease
+                .slot()
+                .map(|slot| ("LEASEHOLD_SLOT", slot.to_string())),
+        )
         .env("LEASEHOLD_RESOURCE_DIGEST", lease.resource().as_str())
         .env("LEASEHOLD_TTL_MS", lease.ttl().as_millis().to_string())
         // Its own group: a stop reaches everything it started, and a terminal's Ctrl-C reaches

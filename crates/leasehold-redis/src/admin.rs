@@ -1,8 +1,15 @@
 //! An operator's view: the leases held in a namespace ([`RedisBackend::list`]), and removing
-//! a stuck one ([`RedisBackend::break_lease`]).
+//! a stuck one ([`RedisBackend::break_lease`]); the same for semaphores, and a change of a
+//! semaphore's capacity, in [`semaphore`].
 //!
-//! Neither is part of the lease port: a library user holds, renews and releases its own
+//! None is part of the lease port: a library user holds, renews and releases its own
 //! leases; these act on anyone's, for the people who run the deployment.
+
+mod semaphore;
+
+pub use semaphore::{
+    CapacityChange, HeldPermit, ListedSemaphore, ListedSemaphoreState, SemaphoreView,
+};
 
 use leasehold::{
     Indeterminate, IndeterminateCause, InspectOutcome, LeaseBackend as _, LeaseView, Purpose,

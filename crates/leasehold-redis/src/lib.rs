@@ -181,7 +181,10 @@ mod testing;
 mod topology;
 mod url;
 
-pub use admin::{ListedLease, ListedState};
+pub use admin::{
+    CapacityChange, HeldPermit, ListedLease, ListedSemaphore, ListedSemaphoreState, ListedState,
+    SemaphoreView,
+};
 pub use backend::{RedisBackend, RedisLeases};
 #[cfg(feature = "serde")]
 pub use config::RedisConfig;

@@ -151,6 +151,16 @@ fn a_bad_value_names_the_variable_it_came_from_or_the_flag() {
             "LEASEHOLD_LOSS_EXIT_CODE \"x\"",
         ),
         ("LEASEHOLD_NAMESPACE", "a:b", "LEASEHOLD_NAMESPACE"),
+        (
+            "LEASEHOLD_CAPACITY",
+            "0",
+            "LEASEHOLD_CAPACITY \"0\": a capacity is a whole number from 1 to 1024",
+        ),
+        (
+            "LEASEHOLD_QUEUE_HEARTBEAT",
+            "1s",
+            "LEASEHOLD_QUEUE_HEARTBEAT: only with --capacity",
+        ),
     ];
     for (name, value, expected) in cases {
         let mut command = leasehold(&server.url());

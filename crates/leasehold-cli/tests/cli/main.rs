@@ -40,6 +40,7 @@ mod run_command;
 mod run_faults;
 mod run_loss_and_signals;
 mod run_not_acquired;
+mod semaphores;
 mod topologies;
 mod usage;
 

@@ -28,7 +28,18 @@ fn bad_flags_and_durations_are_usage_errors_2_before_any_io() {
         (&["run", "r", "true"], "unexpected argument"),
         (&["run", "--", "true"], "<RESOURCE>"),
         (&["run", "r", "--frobnicate", "--", "true"], "--frobnicate"),
+        (&["run", "r", "--capacity", "0", "--", "true"], "--capacity"),
+        (
+            &["run", "r", "--queue-heartbeat", "1s", "--", "true"],
+            "only with --capacity",
+        ),
         (&["inspect"], "<RESOURCE>"),
+        (
+            &["capacity", "r", "0"],
+            "a capacity is a whole number from 1 to 1024",
+        ),
+        (&["capacity", "r"], "<RESOURCE>"),
+        (&["break", "r", "--slot", "x", "--yes"], "--slot"),
         (&["inspect", "r", "--purpose", "a:b"], "--purpose"),
         (&["--namespace", "a:b", "inspect", "r"], "--namespace"),
         (&["frobnicate"], "frobnicate"),
@@ -114,6 +125,9 @@ fn help_documents_the_exit_codes_and_never_shows_the_url_variable() {
         "LEASEHOLD_FENCE",
         "LEASEHOLD_RESOURCE_DIGEST",
         "LEASEHOLD_TTL_MS",
+        "LEASEHOLD_SLOT",
+        "--capacity",
+        "78",
         "credentials it refuses",
     ] {
         assert!(

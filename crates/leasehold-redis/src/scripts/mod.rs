@@ -284,6 +284,7 @@ mod inspect;
 mod release;
 mod renew;
 mod semaphore;
+mod semaphore_admin;
 mod watch;
 
 pub(crate) use acquire::AcquireCall;
@@ -296,11 +297,15 @@ pub(crate) use renew::{RenewCall, RenewGrant};
 pub(crate) use semaphore::{
     RwAcquireCall, RwDowngradeCall, SemaphoreAcquireCall, SemaphoreReleaseCall,
 };
+pub(crate) use semaphore_admin::{
+    CapacitySet, SemaphoreCapacityCall, SemaphoreInspectCall, SemaphoreRead,
+};
 pub(crate) use watch::WatchCall;
 
 /// Every script, for warm-up: the four lease scripts, an observer's watch, the fenced write,
-/// then an operator's break.
-pub(crate) fn all() -> [&'static LeaseScript; 11] {
+/// an operator's break, a semaphore's acquire and release, a read/write lease's acquire and
+/// downgrade, then an operator's semaphore inspect and capacity change.
+pub(crate) fn all() -> [&'static LeaseScript; 13] {
     [
         AcquireCall::script(),
         RenewCall::script(),
@@ -313,6 +318,8 @@ pub(crate) fn all() -> [&'static LeaseScript; 11] {
         SemaphoreReleaseCall::script(),
         RwAcquireCall::script(),
         RwDowngradeCall::script(),
+        SemaphoreInspectCall::script(),
+        SemaphoreCapacityCall::script(),
     ]
 }
 
@@ -450,6 +457,8 @@ mod tests {
         check::<SemaphoreReleaseCall<'_>>();
         check::<RwAcquireCall<'_>>();
         check::<RwDowngradeCall<'_>>();
+        check::<SemaphoreInspectCall>();
+        check::<SemaphoreCapacityCall<'_>>();
     }
 
     /// The check tells a header that drifted from its call: swapped, missing, unnamed or
@@ -555,6 +564,7 @@ mod tests {
             InspectCall::script(),
             WatchCall::script(),
             BreakCall::script(),
+            SemaphoreInspectCall::script(),
         ] {
             assert!(
                 script.source.lines().any(|l| l == line),
