@@ -491,3 +491,40 @@ async fn an_idle_semaphore_leaves_no_key_behind_and_its_fences_still_grow() {
     }
     assert!(server.keys().is_empty(), "{:?}", server.keys());
 }
+
+/// A wait that ends without a permit for another reason than its deadline (here the operator
+/// changed the capacity, so the waiter's next try is a mismatch) gives its place in the queue
+/// back at once, rather than keeping the waiters behind it out for its heartbeat.
+#[tokio::test]
+async fn a_wait_that_ends_on_a_mismatch_gives_its_place_back() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let keys = keys(&client, "resized");
+    let a = client.semaphore("resized", 1).await.expect("free");
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .semaphore("resized", 1)
+                .queue_heartbeat(Duration::from_secs(60))
+                .wait(Duration::from_secs(30))
+                .await
+        })
+    };
+    eventually(Duration::from_secs(5), "the waiter takes its place", || {
+        queued(&server, &keys) == 1
+    })
+    .await;
+    client
+        .backend()
+        .set_semaphore_capacity(&purpose(), &ResourceDigest::of("resized"), 2)
+        .await
+        .expect("resized");
+    match tokio::time::timeout(Duration::from_secs(10), waiter).await {
+        Ok(Ok(Err(LockError::CapacityMismatch { recorded }))) => assert_eq!(recorded, 2),
+        other => panic!("{other:?}"),
+    }
+    client.settle().await;
+    assert_eq!(queued(&server, &keys), 0, "the place outlived the wait");
+    let _ = a.release().await;
+}

@@ -286,6 +286,8 @@ impl<B: LeaseBackend> LeaseClient<B> {
         // try, so it must not be returned in its place: the caller would be told nothing is
         // held, and the grant would be nobody's until its TTL.
         let mut unknown: Option<Indeterminate> = None;
+        // Whether a try of this wait took a place in a queue (a refused permit's, waiting).
+        let mut queued = false;
         let mut backoff = Backoff::new();
         let outcome = loop {
             // Subscribe first: a release that lands while the try is in flight still wakes us.
@@ -332,12 +334,9 @@ impl<B: LeaseBackend> LeaseClient<B> {
             guard.armed = permit;
             backoff.reset();
             let now = Instant::now();
+            // A refused try of a wait takes (or keeps) a place in a permit's queue.
+            queued = permit;
             if !head || now >= deadline {
-                if permit && head {
-                    // Its place in the semaphore's queue would keep later waiters out until
-                    // the heartbeat ran out: given back now, in the background.
-                    self.abandon_in_background(request.clone());
-                }
                 break outcome;
             }
             waiting.start(request);
@@ -354,6 +353,19 @@ impl<B: LeaseBackend> LeaseClient<B> {
         };
         // Whatever it is, the outcome now reaches the caller, who owns what it says.
         guard.disarm();
+        let settled = matches!(
+            outcome,
+            AcquireOutcome::Acquired(_)
+                | AcquireOutcome::Replayed(_)
+                | AcquireOutcome::Indeterminate { .. }
+        );
+        if queued && !settled {
+            // A place in the queue that a wait ending without a permit left (at its deadline,
+            // on a mismatch, unreachable) would keep later waiters out until its heartbeat
+            // ran out: given back now, in the background. (An `Indeterminate` end is cleaned
+            // up by whoever resolves it; a grant holds no place.)
+            self.abandon_in_background(request.clone());
+        }
         outcome
     }
 }
