@@ -144,8 +144,9 @@ async fn a_writer_gets_in_while_new_readers_keep_arriving() {
     let waited = asked_at.elapsed();
     stop.store(true, Ordering::SeqCst);
     // Once it waits no new reader comes in: the readers already in leave within one hold.
+    // (Without the preference it waits its whole 20 s; the margin is for a loaded machine.)
     assert!(
-        waited < read_hold * 2 + Duration::from_millis(500),
+        waited < read_hold * 2 + Duration::from_millis(1500),
         "the writer waited {waited:?} behind readers"
     );
     assert_eq!(writer.release().await, ReleaseOutcome::Released);

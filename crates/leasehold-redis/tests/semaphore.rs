@@ -302,9 +302,10 @@ async fn a_waiter_that_stops_trying_leaves_the_queue_within_its_heartbeat() {
         .expect("a permit");
     let waited = released_at.elapsed();
     // Its place lapses one heartbeat after its last try; the later waiter retries at least
-    // three times per heartbeat.
+    // three times per heartbeat. (Behind a place that never lapsed it would wait the whole
+    // 60 s; the margin is for a loaded 2-core machine.)
     assert!(
-        waited < heartbeat * 2 + Duration::from_millis(500),
+        waited < heartbeat * 4 + Duration::from_secs(1),
         "waited {waited:?} behind a dead waiter"
     );
     let _ = served.release().await;
